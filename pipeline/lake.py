@@ -1,0 +1,229 @@
+"""The warehouse layout: per-run hive partitions, fleet tables, atomic rewrites and the DuckDB catalog."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+PER_RUN_TABLES = (
+    "runs",
+    "log_lines",
+    "step_metrics",
+    "step_phases",
+    "step_health",
+    "run_events",
+    "run_summary",
+    "config_findings",
+    "step_anomalies",
+)
+FLEET_TABLES = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
+CATALOG_FILE = "warehouse.duckdb"
+
+
+def check_run_id(run_id: str) -> str:
+    """Return `run_id` if it is a valid partition value, else raise ValueError."""
+    if not RUN_ID_RE.match(run_id) or not re.search(r"[A-Za-z]", run_id):
+        raise ValueError(f"invalid run_id {run_id!r}: use letters, digits, '.', '_' and '-', with a letter")
+    return run_id
+
+
+def table_dir(warehouse: str | Path, table: str) -> Path:
+    """Folder that holds a per-run table's partitions."""
+    return Path(warehouse) / table
+
+
+def run_partition_dir(warehouse: str | Path, table: str, run_id: str) -> Path:
+    """Folder of one run's partition of a per-run table."""
+    return table_dir(warehouse, table) / f"run_id={check_run_id(run_id)}"
+
+
+def fleet_table_path(warehouse: str | Path, table: str) -> Path:
+    """Parquet file of a fleet table."""
+    return Path(warehouse) / f"{table}.parquet"
+
+
+def _swap_into_place(new_dir: Path, final_dir: Path) -> None:
+    """Replace final_dir by new_dir with renames only, so readers never see a half-written run."""
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    old_dir = final_dir.with_name(f".old-{final_dir.name}-{uuid.uuid4().hex[:8]}")
+    had_old = final_dir.exists()
+    if had_old:
+        os.rename(final_dir, old_dir)
+    os.rename(new_dir, final_dir)
+    if had_old:
+        shutil.rmtree(old_dir, ignore_errors=True)
+
+
+def _staging_dir(warehouse: str | Path, table: str) -> Path:
+    path = table_dir(warehouse, table) / f".staging-{uuid.uuid4().hex}"
+    path.mkdir(parents=True)
+    return path
+
+
+def write_run_table(
+    warehouse: str | Path,
+    table: str,
+    run_id: str,
+    data: pa.Table | Iterable[pa.RecordBatch],
+    schema: pa.Schema | None = None,
+) -> Path:
+    """Atomically replace one run's partition of `table` with `data` (a table or a stream of batches)."""
+    final_dir = run_partition_dir(warehouse, table, run_id)
+    staging = _staging_dir(warehouse, table)
+    try:
+        target = staging / "part-0.parquet"
+        if isinstance(data, pa.Table):
+            pq.write_table(data, target, compression="zstd")
+        else:
+            writer = None
+            for batch in data:
+                if writer is None:
+                    writer = pq.ParquetWriter(target, schema or batch.schema, compression="zstd")
+                writer.write_batch(batch)
+            if writer is None:
+                if schema is None:
+                    raise ValueError(f"no batches and no schema for {table}/{run_id}")
+                pq.write_table(schema.empty_table(), target, compression="zstd")
+            else:
+                writer.close()
+        _swap_into_place(staging, final_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final_dir
+
+
+class RunBatchWriter:
+    """Streams record batches into one run's partition; `commit()` swaps it into place atomically."""
+
+    def __init__(self, warehouse: str | Path, table: str, run_id: str, schema: pa.Schema):
+        self.final_dir = run_partition_dir(warehouse, table, run_id)
+        self.schema = schema
+        self.staging = _staging_dir(warehouse, table)
+        self._writer = pq.ParquetWriter(self.staging / "part-0.parquet", schema, compression="zstd")
+        self.rows = 0
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Append a batch (cast to the writer's schema)."""
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        self._writer.write_table(batch.cast(self.schema))
+        self.rows += batch.num_rows
+
+    def commit(self) -> Path:
+        """Close the file and move it into place."""
+        self._writer.close()
+        _swap_into_place(self.staging, self.final_dir)
+        return self.final_dir
+
+    def abort(self) -> None:
+        """Drop what was written."""
+        self._writer.close()
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def write_run_partitions(
+    con: duckdb.DuckDBPyConnection,
+    warehouse: str | Path,
+    table: str,
+    query: str,
+    params: dict,
+    run_ids: Iterable[str],
+) -> int:
+    """Run `query` (which yields a `run_id` column) and replace the partitions of `run_ids` with its rows.
+
+    Runs in `run_ids` without rows get an empty partition, so a rewrite never leaves stale rows.
+    Returns the number of rows written.
+    """
+    run_ids = [check_run_id(r) for r in run_ids]
+    result = con.execute(query, params).fetch_arrow_table()
+    if "run_id" not in result.column_names:
+        raise ValueError(f"query for {table} has no run_id column")
+    data = result.drop_columns(["run_id"])
+    ids = result.column("run_id").to_pylist()
+    order: dict[str, list[int]] = {r: [] for r in run_ids}
+    for i, rid in enumerate(ids):
+        if rid not in order:
+            raise ValueError(f"{table}: query returned run_id {rid!r} outside the requested runs")
+        order[rid].append(i)
+    for rid, rows in order.items():
+        write_run_table(warehouse, table, rid, data.take(pa.array(rows, type=pa.int64())))
+    return result.num_rows
+
+
+def delete_run(warehouse: str | Path, run_id: str, tables: Iterable[str] = PER_RUN_TABLES) -> None:
+    """Remove a run's partitions from every per-run table."""
+    for table in tables:
+        shutil.rmtree(run_partition_dir(warehouse, table, run_id), ignore_errors=True)
+
+
+def write_fleet_table(warehouse: str | Path, table: str, data: pa.Table) -> Path:
+    """Atomically replace a fleet table file."""
+    final = fleet_table_path(warehouse, table)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+    pq.write_table(data, tmp, compression="zstd")
+    os.replace(tmp, final)
+    return final
+
+
+def _quote(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def table_source(warehouse: str | Path, table: str) -> str | None:
+    """A `read_parquet(...)` expression for a table present in the warehouse, or None."""
+    single = fleet_table_path(warehouse, table)
+    if single.is_file():
+        return f"read_parquet({_quote(single)})"
+    folder = table_dir(warehouse, table)
+    if folder.is_dir() and any(folder.glob("run_id=*/*.parquet")):
+        pattern = folder / "run_id=*" / "*.parquet"
+        return (
+            f"read_parquet({_quote(pattern)}, hive_partitioning=true, "
+            "hive_types={'run_id': 'VARCHAR'}, union_by_name=true)"
+        )
+    return None
+
+
+def present_tables(warehouse: str | Path) -> dict[str, str]:
+    """Every table in the warehouse with its `read_parquet` source."""
+    found = {}
+    for table in PER_RUN_TABLES + FLEET_TABLES:
+        src = table_source(warehouse, table)
+        if src is not None:
+            found[table] = src
+    return found
+
+
+def connect(warehouse: str | Path, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view per warehouse table, named as the table."""
+    con = duckdb.connect(database)
+    for table, src in present_tables(warehouse).items():
+        con.execute(f"create or replace temp view {table} as select * from {src}")
+    return con
+
+
+def refresh_catalog(warehouse: str | Path) -> Path:
+    """Rewrite `<warehouse>/warehouse.duckdb` with one view per table; single writer, replaced atomically."""
+    warehouse = Path(warehouse)
+    final = warehouse / CATALOG_FILE
+    tmp = warehouse / f".{CATALOG_FILE}.{uuid.uuid4().hex}.tmp"
+    con = duckdb.connect(str(tmp))
+    try:
+        for table, src in present_tables(warehouse).items():
+            con.execute(f"create or replace view {table} as select * from {src}")
+    finally:
+        con.close()
+    os.replace(tmp, final)
+    return final
