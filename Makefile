@@ -1,0 +1,36 @@
+# verl-health: `make demo` and `make test` do all the set-up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint bench ui clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/verl-health demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check pipeline tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_ingest.py
+	$(PY) benchmarks/bench_derive.py
+	$(PY) benchmarks/bench_detect.py
+	$(PY) benchmarks/bench_report.py
+
+ui: $(STAMP)
+	$(VENV)/bin/dagster dev -w workspace.yaml
+
+clean:
+	rm -rf data reports/runs reports/fleet .pytest_cache

@@ -1,0 +1,139 @@
+"""End-to-end analysis outside the daemon: a whole archive in-process, or one finished run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dagster import DagsterInstance, materialize
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+from pipeline.lake import connect, refresh_catalog
+
+RUN_DERIVED = ("step_phases", "step_health", "run_events", "run_summary", "config_findings")
+FLEET_DERIVED = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
+
+@dataclass
+class RunOutcome:
+    """What analysing one run produced."""
+
+    run_id: str
+    verdict: str
+    report_path: Path
+    materializations: dict[str, dict] = field(default_factory=dict)
+
+@dataclass
+class ArchiveOutcome:
+    """What analysing an archive produced."""
+
+    run_ids: list[str]
+    skipped: dict[str, str]
+    errors: list[str]
+    fleet_report: Path | None
+    seconds: float
+
+def resolve_entry(run: str, archive_root: str | Path, quiet_period_s: int = 600):
+    """The archive entry for a path to a run (folder, .tar.gz, .gz) or a run_id under `archive_root`."""
+    from pipeline.ingest import discover_runs
+
+    path = Path(run)
+    if path.exists():
+        found = discover_runs(path.parent, quiet_period_s=0)
+        for entry in found.entries:
+            if Path(entry.path).resolve() == path.resolve():
+                return entry
+        raise ValueError(f"{run} is not a run entry that verl-health can read: {found.errors}")
+    found = discover_runs(archive_root, quiet_period_s=quiet_period_s)
+    for entry in found.entries:
+        if entry.run_id == run:
+            return entry
+    raise ValueError(f"no run {run!r} under the archive {archive_root}")
+
+def analyze_entry(entry, warehouse: Path, reports: Path) -> RunOutcome:
+    """Ingest, derive, score and report one run with the plain functions the assets wrap."""
+    from pipeline.derive import derive_fleet_table, derive_run_table
+    from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
+    from pipeline.ingest import ingest_run
+    from pipeline.report import render_run_report
+
+    warehouse.mkdir(parents=True, exist_ok=True)
+    result = ingest_run(entry, warehouse)
+    mats: dict[str, dict] = {
+        t: {"lines": result.n_lines, "steps": result.n_steps, "bytes": result.n_bytes}
+        for t in ("runs", "log_lines", "step_metrics")
+    }
+    for table in RUN_DERIVED:
+        mats[table] = {"rows": derive_run_table(warehouse, table, [entry.run_id])}
+    for table in FLEET_DERIVED:
+        derive_fleet_table(warehouse, table)
+    if not (warehouse / "models" / "anomaly_model.joblib").is_file():
+        fit_anomaly_model(warehouse, AnomalyModelConfig())
+    mats["step_anomalies"] = {"flagged_steps": score_runs(warehouse, [entry.run_id])}
+    report_path = render_run_report(warehouse, entry.run_id, reports)
+    mats["run_report"] = {"path": str(report_path)}
+    refresh_catalog(warehouse)
+    row = connect(warehouse).execute(
+        "select failure_class, last_step, expected_steps from run_summary where run_id = $r",
+        {"r": entry.run_id},
+    ).fetchone()
+    verdict = f"{row[0]} at step {row[1]} of {row[2]}" if row else "no summary"
+    return RunOutcome(entry.run_id, verdict, report_path, mats)
+
+def _range_tags(run_ids: list[str]) -> dict[str, str]:
+    return {ASSET_PARTITION_RANGE_START_TAG: run_ids[0], ASSET_PARTITION_RANGE_END_TAG: run_ids[-1]}
+
+def analyze_archive(
+    archive: str | Path,
+    warehouse: str | Path,
+    reports: str | Path,
+    instance: DagsterInstance | None = None,
+    quiet_period_s: int = 0,
+    mail: bool = False,
+) -> ArchiveOutcome:
+    """Materialise every asset in-process for every finished run in `archive`.
+
+    Per-run assets run as one Dagster run over the whole partition range (single-run backfill
+    policy), so a thousand runs cost four Dagster runs, not thousands.
+    """
+    from pipeline.definitions import build_definitions
+
+    started = time.perf_counter()
+    defs = build_definitions(archive, warehouse, reports, quiet_period_s=quiet_period_s)
+    archive_res = defs.resources["archive"]
+    found = archive_res.discover()
+    run_ids = sorted(e.run_id for e in found.entries if e.finished)
+    skipped = {e.run_id: "not finished yet" for e in found.entries if not e.finished}
+    instance = instance or DagsterInstance.ephemeral()
+    from pipeline.partitions import RUN_PARTITIONS_NAME
+
+    existing = set(instance.get_dynamic_partitions(RUN_PARTITIONS_NAME))
+    instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, [r for r in run_ids if r not in existing])
+    # The range tags select by partition order, so the range must be exactly our runs.
+    ordered = [r for r in instance.get_dynamic_partitions(RUN_PARTITIONS_NAME) if r in set(run_ids)]
+
+    assets = list(defs.assets)
+    resources = defs.resources
+
+    def _run(selection: list[str], tags: dict | None = None) -> None:
+        materialize(assets, instance=instance, resources=resources, selection=selection, tags=tags)
+
+    if ordered:
+        tags = _range_tags(ordered) if len(ordered) > 1 else {"dagster/partition": ordered[0]}
+        _run(["runs", "log_lines", "step_metrics", *RUN_DERIVED], tags)
+        _run([*FLEET_DERIVED, "anomaly_model"])
+        _run(["step_anomalies", "run_report"], tags)
+    fleet_selection = ["fleet_report", "fleet_report_mail"] if mail else ["fleet_report"]
+    _run(fleet_selection)
+    refresh_catalog(warehouse)
+    fleet_path = Path(reports) / "fleet" / f"{dt.date.today().isoformat()}.html"
+    return ArchiveOutcome(
+        run_ids=ordered,
+        skipped=skipped,
+        errors=list(found.errors),
+        fleet_report=fleet_path if fleet_path.exists() else None,
+        seconds=time.perf_counter() - started,
+    )
+
+__all__ = ["analyze_archive", "analyze_entry", "resolve_entry", "PER_RUN_TABLES"]

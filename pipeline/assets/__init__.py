@@ -1,0 +1,1 @@
+"""Dagster assets, one module per layer: ingest, derive, detect, report."""

@@ -1,0 +1,89 @@
+"""Detect layer: the fleet-fitted isolation forest and the per-run anomalous steps."""
+
+from __future__ import annotations
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    BackfillPolicy,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+    asset_check,
+)
+from pydantic import Field
+
+from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
+from pipeline.lake import table_dir
+from pipeline.partitions import run_partitions
+from pipeline.quality import model_age_days
+from pipeline.resources import WarehouseResource
+
+MODEL_MAX_AGE_DAYS = 7.0
+
+
+class AnomalyModelSettings(Config):
+    """Isolation-forest settings; recorded with the fitted model."""
+
+    n_estimators: int = Field(default=AnomalyModelConfig.n_estimators, description="Trees in the forest.")
+    contamination: float = Field(
+        default=AnomalyModelConfig.contamination, description="Expected share of anomalous steps in training."
+    )
+    max_samples: int = Field(default=AnomalyModelConfig.max_samples, description="Steps drawn per tree.")
+    random_state: int = Field(default=AnomalyModelConfig.random_state, description="Fixed seed: refits are repeatable.")
+
+
+@asset(deps=["step_phases", "step_health"], group_name="detect")
+def anomaly_model(context: AssetExecutionContext, config: AnomalyModelSettings, warehouse: WarehouseResource):
+    """Isolation forest fitted on every step of the fleet, saved with its settings and training range."""
+    info = fit_anomaly_model(
+        warehouse.root,
+        AnomalyModelConfig(
+            n_estimators=config.n_estimators,
+            contamination=config.contamination,
+            max_samples=config.max_samples,
+            random_state=config.random_state,
+        ),
+    )
+    context.log.info(f"fitted on {info.n_steps} steps of {info.n_runs} runs")
+    return MaterializeResult(
+        metadata={
+            "steps": info.n_steps,
+            "runs": info.n_runs,
+            "features": MetadataValue.json(list(info.features)),
+            "path": MetadataValue.path(str(info.path)),
+            "version": info.version,
+        }
+    )
+
+
+@asset_check(asset=anomaly_model, description="The model exists and is younger than a week.")
+def anomaly_model_fresh(warehouse: WarehouseResource) -> AssetCheckResult:
+    """Warns when the stored model is missing or older than MODEL_MAX_AGE_DAYS."""
+    age = model_age_days(warehouse.root)
+    return AssetCheckResult(
+        passed=age is not None and age <= MODEL_MAX_AGE_DAYS,
+        severity=AssetCheckSeverity.WARN,
+        metadata={"age_days": -1.0 if age is None else round(age, 2), "max_age_days": MODEL_MAX_AGE_DAYS},
+    )
+
+
+@asset(
+    deps=["anomaly_model", "step_phases", "step_health"],
+    partitions_def=run_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    group_name="detect",
+)
+def step_anomalies(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+    """Every step scored by the stored model and the rules, with class, explanation and episodes."""
+    run_ids = list(context.partition_keys)
+    flagged = score_runs(warehouse.root, run_ids)
+    return MaterializeResult(
+        metadata={
+            "runs": len(run_ids),
+            "flagged_steps": flagged,
+            "path": MetadataValue.path(str(table_dir(warehouse.root, "step_anomalies"))),
+        }
+    )

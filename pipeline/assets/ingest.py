@@ -1,0 +1,83 @@
+"""Ingest layer: each archived run becomes its `runs`, `log_lines` and `step_metrics` partitions."""
+
+from __future__ import annotations
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetSpec,
+    BackfillPolicy,
+    MaterializeResult,
+    MetadataValue,
+    multi_asset,
+)
+
+from pipeline.ingest import ingest_run
+from pipeline.partitions import run_partitions
+from pipeline.quality import lines_conserved, steps_contiguous
+from pipeline.resources import ArchiveResource, WarehouseResource
+
+INGEST_TABLES = ("runs", "log_lines", "step_metrics")
+
+
+@multi_asset(
+    specs=[
+        AssetSpec("runs", description="One row per run: source, sizes, problems and config facts."),
+        AssetSpec("log_lines", description="Every input line with file, line number and kind."),
+        AssetSpec("step_metrics", description="One value per (step, key), with source and resume segment."),
+    ],
+    check_specs=[
+        AssetCheckSpec("lines_conserved", asset="log_lines", blocking=True,
+                       description="Lines in equal lines out for every run."),
+        AssetCheckSpec("steps_contiguous", asset="step_metrics",
+                       description="Steps have no gaps within a resume segment."),
+    ],
+    partitions_def=run_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    group_name="ingest",
+)
+def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, warehouse: WarehouseResource):
+    """Stream each run's logs from the archive into the Parquet lake (one partition per run)."""
+    run_ids = list(context.partition_keys)
+    entries = {e.run_id: e for e in archive.discover().entries}
+    totals = {"lines": 0, "steps": 0, "bytes": 0, "parse_failures": 0}
+    problems: dict[str, list[str]] = {}
+    for run_id in run_ids:
+        entry = entries.get(run_id)
+        if entry is None:
+            problems[run_id] = [f"run {run_id} is no longer in the archive {archive.root}"]
+            context.log.warning(problems[run_id][0])
+            continue
+        result = ingest_run(entry, warehouse.root)
+        totals["lines"] += result.n_lines
+        totals["steps"] += result.n_steps
+        totals["bytes"] += result.n_bytes
+        totals["parse_failures"] += result.n_parse_failures
+        if result.problems:
+            problems[run_id] = list(result.problems)
+            for p in result.problems:
+                context.log.warning(f"{run_id}: {p}")
+    meta = {
+        "runs": len(run_ids),
+        "lines": totals["lines"],
+        "steps": totals["steps"],
+        "bytes": totals["bytes"],
+        "parse_failures": totals["parse_failures"],
+        "runs_with_problems": len(problems),
+        "problems": MetadataValue.json(problems),
+        "path": MetadataValue.path(str(warehouse.root)),
+    }
+    for table in INGEST_TABLES:
+        yield MaterializeResult(asset_key=table, metadata=meta)
+    bad_lines = lines_conserved(warehouse.root, run_ids)
+    yield AssetCheckResult(
+        check_name="lines_conserved", asset_key="log_lines", passed=not bad_lines,
+        metadata={"runs_losing_lines": MetadataValue.json(bad_lines)},
+    )
+    gaps = steps_contiguous(warehouse.root, run_ids)
+    yield AssetCheckResult(
+        check_name="steps_contiguous", asset_key="step_metrics", passed=not gaps,
+        severity=AssetCheckSeverity.WARN, metadata={"gaps": MetadataValue.json(gaps)},
+    )

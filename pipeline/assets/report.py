@@ -1,0 +1,69 @@
+"""Report layer: run reports, the fleet report and the mail that carries it."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from dagster import (
+    AssetExecutionContext,
+    BackfillPolicy,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from pipeline.partitions import run_partitions
+from pipeline.report import build_fleet_mail, render_fleet_report, render_run_report, send_mail
+from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
+
+
+@asset(
+    deps=["run_summary", "step_phases", "step_health", "run_events", "config_findings", "step_anomalies",
+          "run_baselines"],
+    partitions_def=run_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    group_name="report",
+)
+def run_report(context: AssetExecutionContext, warehouse: WarehouseResource,
+               reports: ReportsResource) -> MaterializeResult:
+    """HTML health report of each run: verdict, root cause and advice, phases, curves, anomalies."""
+    paths = [render_run_report(warehouse.root, run_id, reports.root) for run_id in context.partition_keys]
+    return MaterializeResult(
+        metadata={
+            "reports": len(paths),
+            "path": MetadataValue.path(str(paths[0].parent)) if paths else MetadataValue.text("none"),
+            "bytes": sum(p.stat().st_size for p in paths),
+        }
+    )
+
+
+@asset(
+    deps=["run_summary", "step_anomalies", "fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines"],
+    group_name="report",
+)
+def fleet_report(warehouse: WarehouseResource, reports: ReportsResource) -> MaterializeResult:
+    """The fleet's morning page: runs needing attention, failures by class, phases by config, trends."""
+    path = render_fleet_report(warehouse.root, reports.root, dt.date.today())
+    return MaterializeResult(
+        metadata={"path": MetadataValue.path(str(path)), "bytes": path.stat().st_size}
+    )
+
+
+@asset(deps=["fleet_report"], group_name="report")
+def fleet_report_mail(context: AssetExecutionContext, reports: ReportsResource,
+                      smtp: SmtpResource) -> MaterializeResult:
+    """The fleet report mailed to the team: HTML with inline charts, a text part, the report attached."""
+    report_path = reports.root / "fleet" / "latest.html"
+    if not smtp.enabled:
+        context.log.info("mail not configured (no SMTP host or recipients); nothing sent")
+        return MaterializeResult(metadata={"sent": False, "reason": "mail not configured"})
+    message = build_fleet_mail(
+        report_path,
+        sender=smtp.sender,
+        recipients=smtp.recipients,
+        subject=f"verl-health fleet report {dt.date.today().isoformat()}",
+    )
+    send_mail(message, smtp.settings())
+    return MaterializeResult(
+        metadata={"sent": True, "recipients": len(smtp.recipients), "subject": message["Subject"]}
+    )

@@ -1,0 +1,97 @@
+"""The `verl-health` command: simulate, analyze, demo, evaluate."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEMO_RUNS = 24
+DEMO_SEED = 7
+
+
+def _print_outcome(outcome, reports: Path) -> None:
+    print(f"analysed {len(outcome.run_ids)} runs in {outcome.seconds:.1f} s")
+    for rid, why in sorted(outcome.skipped.items()):
+        print(f"  skipped {rid}: {why}")
+    for err in outcome.errors:
+        print(f"  archive problem: {err}")
+    print(f"run reports:  {reports / 'runs'}")
+    if outcome.fleet_report:
+        print(f"fleet report: {outcome.fleet_report}")
+        print(f"              {reports / 'fleet' / 'latest.html'}")
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    """Materialise every asset in-process for every run in the archive."""
+    from pipeline.analysis import analyze_archive
+
+    archive = Path(args.archive)
+    if not archive.is_dir():
+        print(f"error: archive {archive} is not a folder", file=sys.stderr)
+        return 2
+    outcome = analyze_archive(
+        archive, Path(args.warehouse), Path(args.reports), quiet_period_s=args.quiet_period, mail=args.mail
+    )
+    _print_outcome(outcome, Path(args.reports))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Simulate a small fleet into ./data/archive, then analyse it into ./data/warehouse and ./reports."""
+    from pipeline.analysis import analyze_archive
+    from pipeline.simulate import simulate_fleet
+
+    data = Path(args.data)
+    labels = simulate_fleet(data, runs=args.runs, seed=args.seed)
+    print(f"simulated {len(labels['runs'])} runs into {data / 'archive'} (ground truth: {data / 'labels.json'})")
+    outcome = analyze_archive(data / "archive", data / "warehouse", Path(args.reports), quiet_period_s=0)
+    _print_outcome(outcome, Path(args.reports))
+    print(f"warehouse:    {data / 'warehouse'} (duckdb {data / 'warehouse' / 'warehouse.duckdb'})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every sub-command."""
+    parser = argparse.ArgumentParser(prog="verl-health", description="Health analytics for verl RL runs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    from pipeline.simulate import add_arguments as add_simulate_arguments
+    from pipeline.simulate import run_from_args as run_simulate
+
+    sim = sub.add_parser("simulate", help="write a simulated fleet archive and its labels.json")
+    add_simulate_arguments(sim)
+    sim.set_defaults(func=run_simulate)
+
+    ana = sub.add_parser("analyze", help="analyse every run of an archive in-process")
+    ana.add_argument("archive", help="archive root: one folder, .tar.gz, .zip or .gz per run")
+    ana.add_argument("--warehouse", default="data/warehouse", help="warehouse folder (default data/warehouse)")
+    ana.add_argument("--reports", default="reports", help="reports folder (default reports)")
+    ana.add_argument("--quiet-period", type=int, default=0,
+                     help="seconds a run must be unchanged to count as finished (default 0: all runs)")
+    ana.add_argument("--mail", action="store_true", help="also mail the fleet report (VERL_HEALTH_SMTP_*)")
+    ana.set_defaults(func=cmd_analyze)
+
+    demo = sub.add_parser("demo", help="simulate a small fleet and analyse it")
+    demo.add_argument("--data", default="data", help="where the archive and warehouse go (default data)")
+    demo.add_argument("--reports", default="reports", help="reports folder (default reports)")
+    demo.add_argument("--runs", type=int, default=DEMO_RUNS)
+    demo.add_argument("--seed", type=int, default=DEMO_SEED)
+    demo.set_defaults(func=cmd_demo)
+
+    from pipeline.detect import add_evaluate_arguments, run_evaluate
+
+    ev = sub.add_parser("evaluate", help="score the anomaly detector on unseen simulated fleets")
+    add_evaluate_arguments(ev)
+    ev.set_defaults(func=run_evaluate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

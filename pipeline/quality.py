@@ -1,0 +1,113 @@
+"""Data-quality rules behind the asset checks: pure functions over the warehouse, parameters bound."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from pipeline.lake import connect
+
+CONTRACT_COLUMNS = {
+    "runs": {"run_id", "source_path", "n_files", "n_lines", "n_bytes"},
+    "log_lines": {"run_id", "file", "line_no", "text", "kind"},
+    "step_metrics": {"run_id", "step", "key", "value", "source", "segment"},
+    "step_phases": {
+        "run_id", "step", "gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
+        "update_actor", "update_weights", "testing", "save_checkpoint", "step_time", "bottleneck_phase",
+    },
+    "run_events": {"run_id", "file", "line_no", "event_class", "component", "message"},
+    "step_anomalies": {"run_id", "step", "is_anomaly", "score", "anomaly_class", "explanation"},
+    "run_summary": {
+        "run_id", "failure_class", "last_step", "expected_steps", "root_cause_file",
+        "root_cause_line_no", "root_cause_text", "bottleneck_phase",
+    },
+}
+
+
+def lines_conserved(warehouse: str | Path, run_ids: list[str]) -> dict[str, dict]:
+    """Runs whose `log_lines` row count differs from the lines ingest read (`runs.n_lines`)."""
+    con = connect(warehouse)
+    if not _has(con, "runs") or not _has(con, "log_lines"):
+        return {r: {"error": "runs or log_lines missing"} for r in run_ids}
+    rows = con.execute(
+        """
+        with wanted as (select unnest($run_ids::varchar[]) as run_id),
+        lines as (select run_id, count(*) as n from log_lines where run_id in (select run_id from wanted) group by all)
+        select w.run_id, r.n_lines, coalesce(l.n, 0)
+        from wanted w left join runs r using (run_id) left join lines l using (run_id)
+        where r.n_lines is null or r.n_lines <> coalesce(l.n, 0)
+        """,
+        {"run_ids": run_ids},
+    ).fetchall()
+    return {rid: {"read": n_read, "kept": n_kept} for rid, n_read, n_kept in rows}
+
+
+def steps_contiguous(warehouse: str | Path, run_ids: list[str]) -> dict[str, list[list[int]]]:
+    """Gaps between consecutive logged steps within a segment, per run (first gaps only)."""
+    con = connect(warehouse)
+    if not _has(con, "step_metrics"):
+        return {}
+    rows = con.execute(
+        """
+        with steps as (
+            select distinct run_id, segment, step from step_metrics
+            where run_id in (select unnest($run_ids::varchar[]))
+        ), gaps as (
+            select run_id, step, lag(step) over (partition by run_id, segment order by step) as prev
+            from steps
+        )
+        select run_id, list([prev, step] order by step)[1:5] from gaps where step - prev > 1 group by all
+        """,
+        {"run_ids": run_ids},
+    ).fetchall()
+    return {rid: gaps for rid, gaps in rows}
+
+
+def phase_sums_consistent(warehouse: str | Path, run_ids: list[str], tolerance: float = 0.01) -> dict[str, int]:
+    """Runs with steps whose phase shares do not sum to 1 (within `tolerance`), with the count of such steps."""
+    con = connect(warehouse)
+    if not _has(con, "step_phases"):
+        return {}
+    cols = {c for (c,) in con.execute("select column_name from (describe step_phases)").fetchall()}
+    shares = sorted(c for c in cols if c.startswith("share_"))
+    if not shares:
+        return {r: -1 for r in run_ids}
+    total = " + ".join(f"coalesce({c}, 0)" for c in shares)
+    rows = con.execute(
+        f"""
+        select run_id, count(*) from step_phases
+        where run_id in (select unnest($run_ids::varchar[])) and step_time > 0
+          and abs(({total}) - 1) > $tol
+        group by all
+        """,
+        {"run_ids": run_ids, "tol": tolerance},
+    ).fetchall()
+    return dict(rows)
+
+
+def contract_violations(warehouse: str | Path, table: str) -> list[str]:
+    """Contract columns that `table` lacks (empty when it matches the design contract)."""
+    con = connect(warehouse)
+    if not _has(con, table):
+        return [f"table {table} missing"]
+    cols = {c for (c,) in con.execute(f"select column_name from (describe {table})").fetchall()}
+    return sorted(CONTRACT_COLUMNS.get(table, set()) - cols)
+
+
+def model_age_days(warehouse: str | Path) -> float | None:
+    """Days since the anomaly model was fitted, or None when there is no model."""
+    meta = Path(warehouse) / "models" / "anomaly_model.json"
+    if not meta.is_file():
+        return None
+    fitted = json.loads(meta.read_text()).get("fitted_at_unix")
+    ref = fitted if fitted is not None else meta.stat().st_mtime
+    return (time.time() - ref) / 86400.0
+
+
+def _has(con, table: str) -> bool:
+    return bool(
+        con.execute(
+            "select count(*) from duckdb_views() where view_name = $t", {"t": table}
+        ).fetchone()[0]
+    )

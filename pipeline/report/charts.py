@@ -1,0 +1,255 @@
+"""Charts drawn at build time with matplotlib (Agg): PNG bytes the templates embed as data URIs."""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+MAX_POINTS = 1200
+DPI = 100
+PHASE_COLORS = {
+    "gen": "#4e79a7",
+    "reward": "#f28e2b",
+    "old_log_prob": "#e15759",
+    "ref": "#76b7b2",
+    "values": "#59a14f",
+    "adv": "#edc948",
+    "update_critic": "#b07aa1",
+    "update_actor": "#ff9da7",
+    "update_weights": "#9c755f",
+    "other": "#bab0ac",
+    "testing": "#8cd17d",
+    "save_checkpoint": "#d4a6c8",
+}
+EPISODE_COLOR = "#d62728"
+FAIL_COLOR = "#c0392b"
+OK_COLOR = "#2e7d32"
+
+plt.rcParams.update(
+    {
+        "font.family": "DejaVu Sans",
+        "font.size": 9,
+        "axes.titlesize": 10,
+        "axes.titleweight": "bold",
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "axes.grid": True,
+        "grid.color": "#e5e7eb",
+        "grid.linewidth": 0.6,
+        "axes.edgecolor": "#9ca3af",
+        "svg.fonttype": "none",
+    }
+)
+
+
+@dataclass
+class Chart:
+    """A drawn chart: a name unique in its report, alt text and PNG bytes."""
+
+    name: str
+    alt: str
+    png: bytes
+
+    @property
+    def data_uri(self) -> str:
+        """The PNG as a data URI for an <img src>."""
+        return "data:image/png;base64," + base64.b64encode(self.png).decode("ascii")
+
+
+def _finish(fig, name: str, alt: str) -> Chart:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
+    plt.close(fig)
+    return Chart(name=name, alt=alt, png=buf.getvalue())
+
+
+def minmax_downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """Keep each bucket's min and max so spikes survive when a long series is thinned for drawing."""
+    finite = np.isfinite(y)
+    x, y = x[finite], y[finite]
+    if len(x) <= max_points:
+        return x, y
+    buckets = max_points // 2
+    edges = np.linspace(0, len(x), buckets + 1, dtype=int)
+    keep = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        if hi <= lo:
+            continue
+        seg = y[lo:hi]
+        keep.extend(sorted({lo + int(np.argmin(seg)), lo + int(np.argmax(seg))}))
+    idx = np.asarray(keep)
+    return x[idx], y[idx]
+
+
+def bucket_mean(x: np.ndarray, ys: Sequence[np.ndarray], max_points: int = 400):
+    """Mean of each series over equal step buckets (for stacked areas, where min/max would not add up)."""
+    if len(x) <= max_points:
+        return x, [np.nan_to_num(y) for y in ys]
+    edges = np.linspace(0, len(x), max_points + 1, dtype=int)
+    starts = edges[:-1]
+    counts = np.diff(edges)
+    xs = np.add.reduceat(x, starts) / counts
+    out = [np.add.reduceat(np.nan_to_num(y), starts) / counts for y in ys]
+    return xs, out
+
+
+def phase_chart(steps: np.ndarray, phases: dict[str, np.ndarray]) -> Chart | None:
+    """Per-step stacked phase times (seconds)."""
+    names = [p for p, v in phases.items() if np.isfinite(v).any() and np.nanmax(v) > 0]
+    if not names or len(steps) == 0:
+        return None
+    x, ys = bucket_mean(steps, [phases[p] for p in names])
+    fig, ax = plt.subplots(figsize=(9.6, 3.2))
+    colors = [PHASE_COLORS.get(p, "#999999") for p in names]
+    if len(x) <= 60:
+        bottom = np.zeros(len(x))
+        for name, y, c in zip(names, ys, colors, strict=True):
+            ax.bar(x, y, bottom=bottom, label=name, color=c, width=0.85, linewidth=0)
+            bottom += y
+    else:
+        ax.stackplot(x, *ys, labels=names, colors=colors, linewidth=0)
+    ax.set_xlabel("step" + (" (bucket means)" if len(x) < len(steps) else ""))
+    ax.set_ylabel("seconds")
+    ax.set_title("Time per step by phase")
+    ax.margins(x=0.01)
+    ax.legend(ncol=min(len(names), 6), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
+    return _finish(fig, "phases", "Stacked time per step by phase: " + ", ".join(names))
+
+
+@dataclass
+class Panel:
+    """One health curve panel: a title and its (label, values) lines; `right` lines use a second axis."""
+
+    title: str
+    lines: list[tuple[str, np.ndarray]]
+    right: list[tuple[str, np.ndarray]] | None = None
+    log: bool = False
+
+
+def health_chart(
+    steps: np.ndarray,
+    panels: list[Panel],
+    episodes: Sequence[tuple[int, int, str]],
+    anomaly_steps: np.ndarray,
+) -> Chart | None:
+    """Small multiples of training curves; every anomaly episode is shaded and every anomalous step ticked."""
+    panels = [p for p in panels if any(np.isfinite(v).any() for _, v in p.lines + (p.right or []))]
+    if not panels or len(steps) == 0:
+        return None
+    cols = 2
+    rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(10, 2.5 * rows), sharex=True, squeeze=False)
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        for (first, last, _cls) in episodes:
+            ax.axvspan(first - 0.5, last + 0.5, color=EPISODE_COLOR, alpha=0.16, linewidth=0)
+        for i, (label, y) in enumerate(panel.lines):
+            xs, ys = minmax_downsample(steps, y)
+            ax.plot(xs, ys, color=palette[i % len(palette)], linewidth=1.0, label=label)
+        if panel.log:
+            ax.set_yscale("symlog", linthresh=1e-3)
+        if panel.right:
+            twin = ax.twinx()
+            twin.grid(False)
+            twin.spines["right"].set_visible(True)
+            for label, y in panel.right:
+                xs, ys = minmax_downsample(steps, y)
+                twin.plot(xs, ys, color="#7f7f7f", linewidth=0.9, linestyle="--", label=label)
+            twin.set_ylabel(panel.right[0][0], fontsize=8)
+        if len(anomaly_steps):
+            ax.plot(
+                anomaly_steps,
+                np.ones(len(anomaly_steps)),
+                "|",
+                color=EPISODE_COLOR,
+                markersize=7,
+                transform=ax.get_xaxis_transform(),
+                clip_on=False,
+            )
+        ax.set_title(panel.title, loc="left")
+        if len(panel.lines) > 1 or panel.right:
+            handles, labels = ax.get_legend_handles_labels()
+            if panel.right:
+                h2, l2 = twin.get_legend_handles_labels()
+                handles, labels = handles + h2, labels + l2
+            ax.legend(handles, labels, fontsize=7, loc="best", frameon=False)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("step")
+    fig.tight_layout()
+    n_ep = len(episodes)
+    alt = f"Training curves: {', '.join(p.title for p in panels)}; {n_ep} anomaly episode(s) shaded red"
+    return _finish(fig, "health", alt)
+
+
+def failure_bars(counts: dict[str, int]) -> Chart | None:
+    """Runs per failure class."""
+    if not counts:
+        return None
+    items = sorted(counts.items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(5.6, 0.32 * len(items) + 0.9))
+    colors = [OK_COLOR if k == "completed" else ("#e69f00" if k == "hang" else FAIL_COLOR) for k, _ in items]
+    ax.barh([k for k, _ in items], [v for _, v in items], color=colors)
+    for i, (_, v) in enumerate(items):
+        ax.text(v, i, f" {v}", va="center", fontsize=8)
+    ax.set_title("Runs by outcome", loc="left")
+    ax.grid(axis="y", visible=False)
+    ax.margins(x=0.12)
+    return _finish(fig, "failures", "Runs by outcome: " + ", ".join(f"{k} {v}" for k, v in reversed(items)))
+
+
+def share_bars(groups: list[tuple[str, dict[str, float]]]) -> Chart | None:
+    """Median phase shares of step time per config group, as 100 % stacked bars."""
+    groups = [(g, s) for g, s in groups if s]
+    if not groups:
+        return None
+    phases = [p for p in PHASE_COLORS if any(s.get(p) for _, s in groups)]
+    fig, ax = plt.subplots(figsize=(9.6, 0.36 * len(groups) + 1.3))
+    labels = [g if len(g) <= 60 else g[:57] + "…" for g, _ in groups]
+    left = np.zeros(len(groups))
+    for p in phases:
+        vals = np.array([s.get(p, 0.0) for _, s in groups])
+        ax.barh(labels, vals, left=left, color=PHASE_COLORS[p], label=p)
+        left += vals
+    ax.set_xlim(0, max(1.0, float(left.max())))
+    ax.invert_yaxis()
+    ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax.grid(axis="y", visible=False)
+    ax.set_title("Share of step time by phase, per config group", loc="left")
+    ax.legend(ncol=min(len(phases), 6), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.5 / len(groups) - 0.08),
+              frameon=False)
+    return _finish(fig, "shares", "Phase shares per config group")
+
+
+def weekly_chart(weeks: list[tuple[str, int, int, float | None]]) -> Chart | None:
+    """Runs per week split into failed and fine, with the median step time on a second axis."""
+    if not weeks:
+        return None
+    labels = [w[0] for w in weeks]
+    ok = np.array([w[1] - w[2] for w in weeks])
+    bad = np.array([w[2] for w in weeks])
+    fig, ax = plt.subplots(figsize=(9.6, 2.8))
+    ax.bar(labels, ok, color=OK_COLOR, label="completed / hung-free")
+    ax.bar(labels, bad, bottom=ok, color=FAIL_COLOR, label="failed or hung")
+    ax.set_ylabel("runs")
+    med = [w[3] if w[3] is not None else np.nan for w in weeks]
+    if np.isfinite(med).any():
+        twin = ax.twinx()
+        twin.grid(False)
+        twin.spines["right"].set_visible(True)
+        twin.plot(labels, med, color="#111827", marker="o", linewidth=1.2, label="median step s")
+        twin.set_ylabel("median step (s)")
+        twin.set_ylim(bottom=0)
+    ax.set_title("Runs per week (by end date)", loc="left")
+    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    ax.tick_params(axis="x", labelsize=8)
+    return _finish(fig, "weekly", "Runs per week, failed vs fine, with median step time")

@@ -1,0 +1,524 @@
+"""Queries behind the run and fleet reports: every runtime value is a bound DuckDB parameter."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from pipeline import lake
+
+# Timers inside `timing_s/step`, in pipeline order; testing and save_checkpoint run after it closes.
+STEP_PHASES = (
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "update_weights",
+)
+AFTER_STEP_PHASES = ("testing", "save_checkpoint")
+CONFIG_FACTS = (
+    "project_name",
+    "experiment_name",
+    "model_path",
+    "rollout_engine",
+    "adv_estimator",
+    "strategy",
+    "nnodes",
+    "n_gpus_per_node",
+    "rollout_n",
+    "rollout_tp",
+    "train_batch_size",
+    "ppo_mini_batch_size",
+    "ppo_micro_batch_size_per_gpu",
+    "max_prompt_length",
+    "max_response_length",
+    "gpu_memory_utilization",
+    "actor_lr",
+    "total_training_steps",
+    "test_freq",
+    "save_freq",
+)
+COMPLETENESS_FACTS = (
+    "source_path",
+    "archive_form",
+    "verl_format",
+    "n_files",
+    "n_lines",
+    "n_bytes",
+    "n_undecodable_lines",
+    "n_step_lines",
+    "n_steps",
+    "n_metric_values",
+    "n_parse_failures",
+    "n_segments",
+)
+FAILED_CLASSES = (
+    "cuda_oom",
+    "nccl_timeout",
+    "ray_actor_died",
+    "host_oom_killed",
+    "nan_divergence",
+    "python_exception",
+    "vllm_engine_error",
+    "unknown",
+)
+CONTEXT_LINES = 6
+MAX_ERROR_EVENTS = 12
+
+
+def columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    """Columns of a warehouse view, or [] if the table is not in the warehouse."""
+    try:
+        return [d[0] for d in con.execute(f"select * from {table} limit 0").description]
+    except duckdb.CatalogException:
+        return []
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
+    """Run a query and return its rows as dicts."""
+    cur = con.execute(sql, params or {})
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def series(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> dict[str, np.ndarray]:
+    """One run's per-step table as float arrays (NULL -> NaN), ordered by step; strings kept as objects."""
+    if not columns(con, table):
+        return {}
+    raw = con.execute(
+        f"select * exclude (run_id) from {table} where run_id = $run_id order by step", {"run_id": run_id}
+    ).fetchnumpy()
+    out = {}
+    for name, arr in raw.items():
+        if arr.dtype.kind in "iufb":
+            out[name] = np.ma.filled(np.ma.asarray(arr).astype(float), np.nan)
+        else:
+            out[name] = np.asarray(arr, dtype=object)
+    return out
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+@dataclass
+class Episode:
+    """A run of consecutive anomalous steps with one explanation."""
+
+    episode_id: Any
+    anomaly_class: str
+    first_step: int
+    last_step: int
+    n_steps: int
+    explanation: str
+    advice: list[str]
+
+
+@dataclass
+class RunReportData:
+    """Everything the run report shows, read from the warehouse."""
+
+    run_id: str
+    summary: dict[str, Any]
+    facts: dict[str, Any]
+    completeness: dict[str, Any]
+    problems: list[str]
+    lines_by_kind: list[dict[str, Any]]
+    lines_by_file: list[dict[str, Any]]
+    root_cause: dict[str, Any] | None
+    context: list[dict[str, Any]]
+    error_events: list[dict[str, Any]]
+    findings: list[dict[str, Any]]
+    phases: dict[str, np.ndarray]
+    health: dict[str, np.ndarray]
+    anomaly_steps: np.ndarray
+    episodes: list[Episode]
+    baseline: list[dict[str, Any]]
+    earlier_runs: list[dict[str, Any]]
+    failure_advice: list[str] = field(default_factory=list)
+
+
+def _advice_lookup():
+    try:
+        from pipeline.detect import advice_for
+    except ImportError:
+        return None
+    return advice_for
+
+
+def advice_list(kind: str, cls: str | None, given: Any = None) -> list[str]:
+    """Advice lines for a failure or anomaly class: the row's own advice first, else the fixes knowledge base."""
+    items = _as_lines(given)
+    if items or not cls:
+        return items
+    lookup = _advice_lookup()
+    if lookup is None:
+        return []
+    try:
+        return _as_lines(lookup(kind, cls))
+    except (KeyError, LookupError, ValueError):
+        return []
+
+
+def _as_lines(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, dict):
+        for key in ("advice", "fixes", "fix", "text", "steps"):
+            if key in value:
+                return _as_lines(value[key])
+        return [f"{k}: {v}" for k, v in value.items() if isinstance(v, str)]
+    if isinstance(value, list | tuple):
+        out = []
+        for item in value:
+            out.extend(_as_lines(item))
+        return out
+    return [str(value)]
+
+
+def _one(con, table: str, run_id: str) -> dict[str, Any]:
+    if not columns(con, table):
+        return {}
+    found = rows(con, f"select * from {table} where run_id = $run_id limit 1", {"run_id": run_id})
+    return {k: _clean(v) for k, v in found[0].items()} if found else {}
+
+
+def _episodes(con, run_id: str) -> tuple[np.ndarray, list[Episode]]:
+    cols = set(columns(con, "step_anomalies"))
+    if not cols:
+        return np.array([], dtype=float), []
+    flagged = rows(
+        con,
+        "select * from step_anomalies where run_id = $run_id and is_anomaly order by step",
+        {"run_id": run_id},
+    )
+    steps = np.array([r["step"] for r in flagged], dtype=float)
+    groups: list[list[dict]] = []
+    for r in flagged:
+        key = r.get("episode_id")
+        prev = groups[-1][-1] if groups else None
+        same = prev is not None and (
+            (key is not None and prev.get("episode_id") == key)
+            or (key is None and prev.get("episode_id") is None and r["step"] - prev["step"] <= 1)
+        )
+        if same:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    episodes = []
+    for g in groups:
+        classes = [r.get("anomaly_class") or "other" for r in g]
+        cls = max(set(classes), key=classes.count)
+        head = g[0]
+        first = head.get("episode_first_step")
+        last = head.get("episode_last_step")
+        explanation = next((r["explanation"] for r in g if r.get("explanation")), "")
+        episodes.append(
+            Episode(
+                episode_id=head.get("episode_id"),
+                anomaly_class=cls,
+                first_step=int(first if first is not None else g[0]["step"]),
+                last_step=int(last if last is not None else g[-1]["step"]),
+                n_steps=len(g),
+                explanation=explanation,
+                advice=advice_list("anomaly", cls, next((r.get("advice") for r in g if r.get("advice")), None)),
+            )
+        )
+    return steps, episodes
+
+
+def _ended_at(row: dict[str, Any]) -> datetime | None:
+    for key in ("last_ts", "_r_last_ts", "mtime", "_r_mtime", "ingested_at", "_r_ingested_at"):
+        value = row.get(key)
+        if isinstance(value, datetime):
+            return value
+    return None
+
+
+def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
+    """Read one run's tables; tables or columns missing from the warehouse come back empty."""
+    run_id = lake.check_run_id(run_id)
+    con = lake.connect(warehouse)
+    try:
+        summary = _one(con, "run_summary", run_id)
+        runs_row = _one(con, "runs", run_id)
+        if not summary and not runs_row:
+            raise LookupError(f"run {run_id!r} is not in the warehouse {warehouse}")
+        merged = {**runs_row, **{k: v for k, v in summary.items() if v is not None}}
+        facts = {k: merged[k] for k in CONFIG_FACTS if merged.get(k) is not None}
+        completeness = {k: runs_row.get(k, merged.get(k)) for k in COMPLETENESS_FACTS}
+        completeness["parse_completeness"] = merged.get("parse_completeness")
+        problems = [str(p) for p in (runs_row.get("problems") or [])]
+
+        lines_by_kind, lines_by_file = [], []
+        if columns(con, "log_lines"):
+            lines_by_kind = rows(
+                con,
+                "select coalesce(kind, 'other') as kind, count(*) as n from log_lines "
+                "where run_id = $run_id group by all order by n desc",
+                {"run_id": run_id},
+            )
+            lines_by_file = rows(
+                con,
+                "select file, count(*) as n, count(*) filter (kind = 'error') as errors, "
+                "count(*) filter (kind = 'other') as other from log_lines "
+                "where run_id = $run_id group by all order by n desc limit 50",
+                {"run_id": run_id},
+            )
+
+        root_cause, context = None, []
+        if summary.get("root_cause_text") or summary.get("root_cause_line_no") is not None:
+            root_cause = {
+                "file": summary.get("root_cause_file"),
+                "line_no": summary.get("root_cause_line_no"),
+                "text": summary.get("root_cause_text") or "",
+            }
+            if root_cause["file"] and root_cause["line_no"] is not None and lines_by_kind:
+                context = rows(
+                    con,
+                    "select line_no, text, kind, line_no = $line_no as is_cause from log_lines "
+                    "where run_id = $run_id and file = $file and line_no between $lo and $hi order by line_no",
+                    {
+                        "run_id": run_id,
+                        "file": root_cause["file"],
+                        "line_no": int(root_cause["line_no"]),
+                        "lo": int(root_cause["line_no"]) - CONTEXT_LINES,
+                        "hi": int(root_cause["line_no"]) + CONTEXT_LINES,
+                    },
+                )
+
+        error_events = []
+        if columns(con, "run_events"):
+            error_events = rows(
+                con,
+                "select * exclude (run_id) from run_events where run_id = $run_id "
+                "order by coalesce(segment, 0), file, line_no limit $n",
+                {"run_id": run_id, "n": MAX_ERROR_EVENTS},
+            )
+        findings = []
+        if columns(con, "config_findings"):
+            findings = rows(
+                con,
+                "select * exclude (run_id) from config_findings where run_id = $run_id "
+                "order by case severity when 'error' then 0 when 'warning' then 1 else 2 end, finding",
+                {"run_id": run_id},
+            )
+
+        anomaly_steps, episodes = _episodes(con, run_id)
+        baseline = []
+        if columns(con, "run_baselines"):
+            baseline = rows(
+                con, "select * exclude (run_id) from run_baselines where run_id = $run_id", {"run_id": run_id}
+            )
+        earlier = _earlier_runs(con, run_id, merged)
+        return RunReportData(
+            run_id=run_id,
+            summary=merged,
+            facts=facts,
+            completeness=completeness,
+            problems=problems,
+            lines_by_kind=lines_by_kind,
+            lines_by_file=lines_by_file,
+            root_cause=root_cause,
+            context=context,
+            error_events=error_events,
+            findings=findings,
+            phases=series(con, "step_phases", run_id),
+            health=series(con, "step_health", run_id),
+            anomaly_steps=anomaly_steps,
+            episodes=episodes,
+            baseline=baseline,
+            earlier_runs=earlier,
+            failure_advice=advice_list("failure", merged.get("failure_class")),
+        )
+    finally:
+        con.close()
+
+
+def _earlier_runs(con, run_id: str, this: dict[str, Any]) -> list[dict[str, Any]]:
+    """Up to ten earlier runs of the same experiment, newest first."""
+    exp = this.get("experiment_name")
+    cols = set(columns(con, "run_summary"))
+    if not exp or "experiment_name" not in cols:
+        return []
+    wanted = [
+        f"s.{c}"
+        for c in ("run_id", "failure_class", "last_step", "expected_steps", "median_step_s", "goodput",
+                  "bottleneck_phase")
+        if c in cols
+    ]
+    run_cols = set(columns(con, "runs"))
+    stamp = [f"r.{c}" for c in ("last_ts", "mtime") if c in run_cols]
+    join = "left join runs r using (run_id)" if stamp else ""
+    ended_expr = f"coalesce({', '.join(stamp)})" if stamp else "null::timestamp"
+    ended = _ended_at(this)
+    return rows(
+        con,
+        f"select {', '.join(wanted)}, {ended_expr} as ended_at from run_summary s {join} "
+        "where s.experiment_name = $exp and s.run_id <> $run_id "
+        f"and ($ended is null or {ended_expr} is null or {ended_expr} < $ended) "
+        "order by ended_at desc nulls last, s.run_id desc limit 10",
+        {"exp": exp, "run_id": run_id, "ended": ended},
+    )
+
+
+@dataclass
+class FleetRun:
+    """One run as the fleet report lists it."""
+
+    run_id: str
+    failure_class: str
+    last_step: int | None
+    expected_steps: int | None
+    goodput: float | None
+    median_step_s: float | None
+    bottleneck_phase: str | None
+    experiment: str
+    config_group: str
+    ended_at: datetime | None
+    episodes: int
+    anomalous_steps: int
+    top_anomaly: str | None
+    root_cause_text: str
+    shares: dict[str, float]
+    regression: str = ""
+
+    @property
+    def attention(self) -> int:
+        """0 failed, 1 hung, 2 anomalous, 3 fine: the order of the attention list."""
+        if self.failure_class in FAILED_CLASSES:
+            return 0
+        if self.failure_class == "hang":
+            return 1
+        if self.episodes or self.regression:
+            return 2
+        return 3
+
+
+@dataclass
+class FleetReportData:
+    """The fleet report's content."""
+
+    day: date
+    runs: list[FleetRun]
+    baselines: dict[str, list[dict[str, Any]]]
+
+
+def config_group(row: dict[str, Any]) -> str:
+    """A readable key for runs that share model, engine, scale and batch shape."""
+    if row.get("config_group"):
+        return str(row["config_group"])
+    model = str(row.get("model_path") or "?").rstrip("/").rsplit("/", 1)[-1]
+    gpus = (row.get("nnodes") or 1) * (row.get("n_gpus_per_node") or 0) or "?"
+    parts = [
+        model,
+        str(row.get("rollout_engine") or "?"),
+        f"{gpus} GPU",
+        f"bs {row.get('train_batch_size') or '?'}",
+        f"n {row.get('rollout_n') or '?'}",
+        f"len {row.get('max_response_length') or '?'}",
+    ]
+    return " · ".join(parts)
+
+
+def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
+    """Every run that ended by the end of `day` (or has no time), with one query per table."""
+    con = lake.connect(warehouse)
+    try:
+        cols = columns(con, "run_summary")
+        if not cols:
+            return FleetReportData(day=day, runs=[], baselines={})
+        join, extra = "", ""
+        if columns(con, "runs"):
+            run_cols = set(columns(con, "runs"))
+            picks = [c for c in ("last_ts", "mtime", "ingested_at") if c in run_cols]
+            extra = "".join(f", r.{c} as _r_{c}" for c in picks)
+            extra += "".join(
+                f", r.{c} as _r_{c}" for c in CONFIG_FACTS if c in run_cols and c not in cols
+            )
+            join = "left join runs r using (run_id)"
+        summary_rows = rows(con, f"select s.*{extra} from run_summary s {join}")
+        anomalies: dict[str, dict[str, Any]] = {}
+        a_cols = set(columns(con, "step_anomalies"))
+        if a_cols:
+            episode_expr = "count(distinct episode_id)" if "episode_id" in a_cols else "count(*)"
+            for r in rows(
+                con,
+                f"select run_id, {episode_expr} as episodes, count(*) as steps, "
+                "mode(anomaly_class) as top from step_anomalies where is_anomaly group by run_id",
+            ):
+                anomalies[r["run_id"]] = r
+        baselines: dict[str, list[dict[str, Any]]] = {}
+        if columns(con, "run_baselines"):
+            for r in rows(con, "select * from run_baselines"):
+                baselines.setdefault(r["run_id"], []).append(r)
+    finally:
+        con.close()
+
+    cutoff = datetime.combine(day + timedelta(days=1), datetime.min.time())
+    runs = []
+    for r in summary_rows:
+        for key in CONFIG_FACTS:
+            if r.get(key) is None and r.get(f"_r_{key}") is not None:
+                r[key] = r[f"_r_{key}"]
+        ended = _ended_at(r)
+        if ended is not None and ended.tzinfo is not None:
+            ended = ended.replace(tzinfo=None)
+        if ended is not None and ended >= cutoff:
+            continue
+        a = anomalies.get(r["run_id"], {})
+        runs.append(
+            FleetRun(
+                run_id=r["run_id"],
+                failure_class=r.get("failure_class") or "unknown",
+                last_step=r.get("last_step"),
+                expected_steps=r.get("expected_steps"),
+                goodput=_clean(r.get("goodput")),
+                median_step_s=_clean(r.get("median_step_s")),
+                bottleneck_phase=r.get("bottleneck_phase"),
+                experiment=str(r.get("experiment_name") or ""),
+                config_group=config_group(r),
+                ended_at=ended,
+                episodes=int(a.get("episodes") or 0),
+                anomalous_steps=int(a.get("steps") or 0),
+                top_anomaly=a.get("top"),
+                root_cause_text=str(r.get("root_cause_text") or ""),
+                shares={
+                    p: float(r[f"share_{p}"])
+                    for p in (*STEP_PHASES, "other")
+                    if _clean(r.get(f"share_{p}")) is not None
+                },
+            )
+        )
+    _mark_regressions(runs)
+    return FleetReportData(day=day, runs=runs, baselines=baselines)
+
+
+REGRESSION_RATIO = 1.25
+
+
+def _mark_regressions(runs: list[FleetRun]) -> None:
+    """Flag a run whose median step time is 25 % above the median of earlier runs of its config group."""
+    by_group: dict[str, list[FleetRun]] = {}
+    for run in sorted(runs, key=lambda r: (r.ended_at or datetime.min, r.run_id)):
+        earlier = [x.median_step_s for x in by_group.get(run.config_group, []) if x.median_step_s]
+        if run.median_step_s and len(earlier) >= 2:
+            base = statistics.median(earlier)
+            if base > 0 and run.median_step_s > REGRESSION_RATIO * base:
+                run.regression = f"step time {run.median_step_s:.1f} s vs {base:.1f} s before (×{run.median_step_s / base:.2f})"
+        by_group.setdefault(run.config_group, []).append(run)

@@ -1,0 +1,84 @@
+"""Typed Dagster resources: the run archive, the warehouse, the reports folder and the SMTP server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+
+class ArchiveResource(ConfigurableResource):
+    """The archive root that holds one entry (folder, .tar.gz, .zip or .gz) per verl run."""
+
+    root: str = Field(description="Archive root folder (local path).")
+    quiet_period_s: int = Field(
+        default=600, description="A run unchanged for this many seconds counts as finished."
+    )
+
+    def discover(self, now: float | None = None):
+        """Discover the run entries under the root."""
+        from pipeline.ingest import discover_runs
+
+        return discover_runs(self.root, quiet_period_s=self.quiet_period_s, now=now)
+
+
+class WarehouseResource(ConfigurableResource):
+    """The Parquet lake and its DuckDB catalog."""
+
+    path: str = Field(description="Warehouse folder (Parquet tables and warehouse.duckdb).")
+
+    @property
+    def root(self) -> Path:
+        """The warehouse folder, created on first use."""
+        p = Path(self.path)
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def connect(self):
+        """A DuckDB connection with a view per table."""
+        from pipeline.lake import connect
+
+        return connect(self.root)
+
+
+class ReportsResource(ConfigurableResource):
+    """The folder HTML reports are written to."""
+
+    path: str = Field(description="Reports folder (runs/ and fleet/ below it).")
+
+    @property
+    def root(self) -> Path:
+        """The reports folder, created on first use."""
+        p = Path(self.path)
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+
+class SmtpResource(ConfigurableResource):
+    """An SMTP server for the fleet report and alerts. Secrets come from the environment via EnvVar."""
+
+    host: str = Field(default="", description="SMTP host; empty disables mail.")
+    port: int = Field(default=587)
+    security: str = Field(default="starttls", description="'starttls', 'ssl' or 'none'.")
+    user: str = Field(default="")
+    password: str = Field(default="")
+    sender: str = Field(default="verl-health@localhost")
+    recipients: list[str] = Field(default_factory=list)
+    timeout_s: float = Field(default=30.0)
+
+    @property
+    def enabled(self) -> bool:
+        """True when a host and at least one recipient are configured."""
+        return bool(self.host and self.recipients)
+
+    def settings(self) -> dict:
+        """Connection settings for `pipeline.report.mail.send_mail` (password included; never log this)."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "security": self.security,
+            "user": self.user or None,
+            "password": self.password or None,
+            "timeout": self.timeout_s,
+        }

@@ -1,0 +1,45 @@
+"""The nightly schedule: fleet tables, a model refit when due, the fleet report and its mail."""
+
+from __future__ import annotations
+
+import os
+
+from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, schedule
+
+from pipeline.jobs import NIGHTLY_ASSETS, nightly_job
+from pipeline.quality import model_age_days
+from pipeline.resources import WarehouseResource
+
+NIGHTLY_CRON = os.environ.get("VERL_HEALTH_NIGHTLY_CRON", "0 2 * * *")
+NIGHTLY_TIMEZONE = os.environ.get("VERL_HEALTH_TIMEZONE", "UTC")
+REFIT_AFTER_DAYS = float(os.environ.get("VERL_HEALTH_REFIT_DAYS", "7"))
+
+
+def nightly_selection(model_age: float | None, refit_after_days: float = REFIT_AFTER_DAYS) -> list[str]:
+    """Assets the nightly run materialises: the model only when it is missing or older than the limit."""
+    refit = model_age is None or model_age >= refit_after_days
+    return [*NIGHTLY_ASSETS, "anomaly_model"] if refit else list(NIGHTLY_ASSETS)
+
+
+@schedule(
+    job=nightly_job,
+    cron_schedule=NIGHTLY_CRON,
+    execution_timezone=NIGHTLY_TIMEZONE,
+    default_status=DefaultScheduleStatus.STOPPED,
+    description="Every night: rebuild fleet tables, refit the model when due, render and mail the fleet report.",
+)
+def nightly_schedule(context: ScheduleEvaluationContext, warehouse: WarehouseResource):
+    """One run per night, keyed by its date so a retried tick does not run twice."""
+    day = context.scheduled_execution_time.date().isoformat()
+    selection = nightly_selection(model_age_days(warehouse.root))
+    return RunRequest(
+        run_key=f"nightly-{day}",
+        asset_selection=[_key(a) for a in selection],
+        tags={"verl-health/day": day},
+    )
+
+
+def _key(name: str):
+    from dagster import AssetKey
+
+    return AssetKey(name)

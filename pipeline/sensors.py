@@ -1,0 +1,95 @@
+"""Sensors: new finished runs in the archive, and mail when one of the pipeline's own runs fails."""
+
+from __future__ import annotations
+
+import json
+
+from dagster import (
+    AddDynamicPartitionsRequest,
+    DefaultSensorStatus,
+    DeleteDynamicPartitionsRequest,
+    RunFailureSensorContext,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    run_failure_sensor,
+    sensor,
+)
+
+from pipeline.alerts import pipeline_failure_message
+from pipeline.jobs import run_assets_job
+from pipeline.partitions import RUN_PARTITIONS_NAME
+from pipeline.report import send_mail
+from pipeline.resources import ArchiveResource, SmtpResource
+
+
+def entry_fingerprint(entry) -> str:
+    """What changes when a run's files change: size and newest modification time."""
+    return f"{entry.size}:{int(entry.mtime)}"
+
+
+def plan_archive_changes(entries, seen: dict[str, str]) -> tuple[list[str], list[str], list[str], dict[str, str]]:
+    """From discovered entries and the cursor's {run_id: fingerprint}: (new, changed, removed, next cursor).
+
+    Unfinished runs are neither requested nor recorded, so they are picked up once they finish.
+    """
+    new, changed, cursor = [], [], {}
+    present = set()
+    for e in entries:
+        present.add(e.run_id)
+        if not e.finished:
+            if e.run_id in seen:
+                cursor[e.run_id] = seen[e.run_id]
+            continue
+        fp = entry_fingerprint(e)
+        cursor[e.run_id] = fp
+        if e.run_id not in seen:
+            new.append(e.run_id)
+        elif seen[e.run_id] != fp:
+            changed.append(e.run_id)
+    removed = sorted(set(seen) - present)
+    return sorted(new), sorted(changed), removed, cursor
+
+
+@sensor(
+    job=run_assets_job,
+    minimum_interval_seconds=120,
+    default_status=DefaultSensorStatus.STOPPED,
+    description="Adds a run_id partition for each new finished run and requests its per-run assets.",
+)
+def finished_run_sensor(context: SensorEvaluationContext, archive: ArchiveResource):
+    """Watch the archive root; request each finished run once, again when its files change."""
+    seen = json.loads(context.cursor) if context.cursor else {}
+    found = archive.discover()
+    for err in found.errors:
+        context.log.warning(err)
+    new, changed, removed, cursor = plan_archive_changes(found.entries, seen)
+    if not (new or changed or removed):
+        context.update_cursor(json.dumps(cursor, sort_keys=True))
+        return SkipReason(f"no new or changed finished runs among {len(found.entries)} entries")
+    requests = [
+        RunRequest(partition_key=rid, run_key=f"{rid}@{cursor[rid]}", tags={"verl-health/reason": why})
+        for why, ids in (("new", new), ("changed", changed))
+        for rid in ids
+    ]
+    dynamic = []
+    if new:
+        dynamic.append(AddDynamicPartitionsRequest(RUN_PARTITIONS_NAME, new))
+    if removed:
+        dynamic.append(DeleteDynamicPartitionsRequest(RUN_PARTITIONS_NAME, removed))
+    return SensorResult(
+        run_requests=requests, dynamic_partitions_requests=dynamic, cursor=json.dumps(cursor, sort_keys=True)
+    )
+
+
+@run_failure_sensor(
+    default_status=DefaultSensorStatus.STOPPED,
+    description="Mails the team when one of verl-health's own Dagster runs fails.",
+)
+def pipeline_failure_mail(context: RunFailureSensorContext, smtp: SmtpResource):
+    """Send a short mail naming the failed job, the run id and the error."""
+    if not smtp.enabled:
+        context.log.info("mail not configured; failure not mailed")
+        return
+    send_mail(pipeline_failure_message(context.dagster_run, context.failure_event, smtp), smtp.settings())

@@ -1,0 +1,43 @@
+"""The Dagster deployment loads: one Definitions object, the asset graph, jobs, sensors and schedule."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from dagster import AssetKey
+
+from pipeline.definitions import build_definitions, defs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defs_load_with_every_layer():
+    repo = defs.get_repository_def()
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    for name in ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
+                 "config_findings", "fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines",
+                 "anomaly_model", "step_anomalies", "run_report", "fleet_report", "fleet_report_mail"]:
+        assert name in keys, name
+    groups = {repo.asset_graph.get(AssetKey(k)).group_name for k in keys}
+    assert groups == {"ingest", "derive", "detect", "report"}
+    assert {j.name for j in repo.get_all_jobs()} >= {"run_assets_job", "nightly_job", "run_health_job"}
+    assert {s.name for s in repo.sensor_defs} == {"finished_run_sensor", "pipeline_failure_mail"}
+    assert [s.name for s in repo.schedule_defs] == ["nightly_schedule"]
+
+
+def test_per_run_assets_are_partitioned_by_run_id(tmp_path):
+    repo = build_definitions(tmp_path / "a", tmp_path / "w", tmp_path / "r").get_repository_def()
+    for name in ["log_lines", "step_phases", "run_summary", "step_anomalies", "run_report"]:
+        pdef = repo.asset_graph.get(AssetKey(name)).partitions_def
+        assert pdef is not None and pdef.name == "run_id", name
+    for name in ["anomaly_model", "fleet_report", "fleet_daily"]:
+        assert repo.asset_graph.get(AssetKey(name)).partitions_def is None, name
+
+
+def test_workspace_validates_with_the_dagster_cli():
+    dagster = Path(sys.executable).with_name("dagster")
+    proc = subprocess.run(
+        [str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
