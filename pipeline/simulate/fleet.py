@@ -1,0 +1,157 @@
+"""Simulate a fleet: plan which runs fail how, write every archive entry, and write labels.json."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .archive import finish_entry
+from .driver_log import write_train_log
+from .dynamics import generate_run
+from .jsonl_log import jsonl_segment, write_jsonl
+from .spec import RunSpec, draw_spec
+from .vocab import ANOMALY_CLASSES, FAILURE_CLASSES
+
+GENERATOR = "verl-health simulate 1"
+
+
+def plan_fleet(runs: int, seed: int) -> list[tuple[str, list[str]]]:
+    """(failure class, anomaly classes) per run: a third healthy, the rest cycling through both vocabularies."""
+    plans: list[tuple[str, list[str]]] = []
+    j = 0
+    for i in range(runs):
+        if i % 3 == 0:
+            plans.append(("completed", []))
+            continue
+        anomalies = [ANOMALY_CLASSES[j % len(ANOMALY_CLASSES)]]
+        if j % 4 == 3:
+            anomalies.append(ANOMALY_CLASSES[(j + 5) % len(ANOMALY_CLASSES)])
+        plans.append((FAILURE_CLASSES[j % len(FAILURE_CLASSES)], anomalies))
+        j += 1
+    np.random.default_rng([seed, 0]).shuffle(plans)
+    return plans
+
+
+def make_spec(seed: int, index: int, failure_class: str, anomalies: list[str], steps_scale: float = 1.0,
+              chatter: int = 0) -> RunSpec:
+    """The spec of run `index` of a fleet with `seed` (same arguments, same run)."""
+    rng = np.random.default_rng([seed, index + 1])
+    spec = draw_spec(rng, index, failure_class, anomalies, steps_scale, seed=int(rng.integers(2**62)))
+    spec.chatter = chatter
+    return spec
+
+
+def fleet_specs(runs: int, seed: int, steps_scale: float = 1.0, chatter: int = 0) -> list[RunSpec]:
+    """The specs of every run of the fleet `simulate_fleet` writes for these arguments."""
+    return [make_spec(seed, index, failure_class, anomalies, steps_scale, chatter)
+            for index, (failure_class, anomalies) in enumerate(plan_fleet(runs, seed))]
+
+
+def write_run(spec: RunSpec, archive_dir: Path) -> dict:
+    """Write one run's archive entry; return its labels."""
+    trace = generate_run(spec)
+    staging = archive_dir / f".staging-{spec.run_id}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    worker_dir = staging / "ray_logs" if spec.worker_logs else None
+    if worker_dir:
+        worker_dir.mkdir()
+    with open(staging / "train.log", "w", encoding="utf-8", newline="\n") as out:
+        failure, con = write_train_log(trace, out, worker_dir)
+        worker_files = [f"ray_logs/{name}" for name in con.close()]
+    jsonl_file = None
+    launch = jsonl_segment(spec) if spec.has_jsonl else None
+    if launch is not None:
+        jsonl_file = f"{spec.project}/{spec.experiment}.jsonl"
+        (staging / spec.project).mkdir()
+        with open(staging / jsonl_file, "w", encoding="utf-8", newline="\n") as out:
+            write_jsonl(trace, out, launch)
+    for entry in (archive_dir / spec.run_id, archive_dir / f"{spec.run_id}.tar.gz", archive_dir / f"{spec.run_id}.log.gz"):
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        elif entry.exists():
+            entry.unlink()
+    entry = finish_entry(staging, archive_dir, spec.run_id, spec.archive_form, con.clock)
+    log_name = f"{spec.run_id}.log" if spec.archive_form == "gz" else "train.log"
+    return _labels(spec, trace, failure, entry, log_name, jsonl_file, worker_files, con.clock)
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+
+
+def _labels(spec, trace, failure, entry, log_name, jsonl_file, worker_files, end_ts) -> dict:
+    return {
+        "failure_class": spec.failure_class,
+        "last_step": spec.last_step,
+        "expected_steps": spec.total_steps,
+        "n_steps_logged": len(set(trace.step.tolist())),
+        "first_error_line_contains": failure.contains if failure else None,
+        "format": spec.fmt,
+        "archive_form": spec.archive_form,
+        "episodes": [e.label() for e in spec.episodes],
+        "failure_phase": spec.failure_phase,
+        "root_cause_file": log_name if failure else None,
+        "root_cause_line_no": failure.root_line_no if failure else None,
+        "signature": failure.signature if failure else None,
+        "segments": len(spec.segments),
+        "segment_start_steps": [s.start_step for s in spec.segments],
+        "has_jsonl": jsonl_file is not None,
+        "jsonl_file": jsonl_file,
+        "worker_log_files": worker_files,
+        "entry": entry.name,
+        "log_file": log_name,
+        "debug_memory": spec.debug_memory,
+        "ansi": spec.ansi,
+        "runner_name": spec.runner_name,
+        "first_ts": _iso(spec.start_ts),
+        "last_ts": _iso(end_ts),
+        "project_name": spec.project,
+        "experiment_name": spec.experiment,
+        "model_path": spec.model_path,
+        "rollout_engine": spec.rollout,
+        "rollout_mode": spec.rollout_mode,
+        "adv_estimator": spec.algo,
+        "strategy": "fsdp",
+        "n_gpus_per_node": spec.n_gpus_per_node,
+        "nnodes": spec.nnodes,
+        "rollout_n": spec.n,
+        "rollout_tp": spec.tp,
+        "train_batch_size": spec.train_batch_size,
+        "ppo_mini_batch_size": spec.ppo_mini_batch_size,
+        "ppo_micro_batch_size_per_gpu": spec.ppo_micro_batch_size_per_gpu,
+        "max_prompt_length": spec.max_prompt_length,
+        "max_response_length": spec.max_response_length,
+        "total_training_steps": spec.total_steps,
+        "test_freq": spec.test_freq,
+        "save_freq": spec.save_freq,
+        "gpu_memory_utilization": spec.gpu_memory_utilization,
+        "actor_lr": spec.lr,
+        "use_kl_loss": spec.use_kl_loss,
+    }
+
+
+def simulate_fleet(out_dir: Path, runs: int, seed: int, steps_scale: float = 1.0, chatter: int = 0) -> dict:
+    """Write `out_dir/archive/<entry>` for `runs` runs and `out_dir/labels.json`; return the labels.
+
+    `steps_scale` multiplies every run's planned length; `chatter` adds that many worker-warning lines
+    per step (to make very large logs). The same arguments give byte-identical output.
+    """
+    out_dir = Path(out_dir)
+    archive_dir = out_dir / "archive"
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    labels_runs = {}
+    for spec in fleet_specs(runs, seed, steps_scale, chatter):
+        labels_runs[spec.run_id] = write_run(spec, archive_dir)
+    counts = {c: 0 for c in FAILURE_CLASSES}
+    for lab in labels_runs.values():
+        counts[lab["failure_class"]] += 1
+    labels = {"seed": seed, "generator": GENERATOR, "steps_scale": steps_scale, "failure_classes": counts,
+              "runs": dict(sorted(labels_runs.items()))}
+    (out_dir / "labels.json").write_text(json.dumps(labels, indent=1) + "\n", encoding="utf-8")
+    return labels

@@ -1,0 +1,284 @@
+"""What one simulated run is: its config, how it ends, and the anomaly episodes injected into it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .vocab import ARCHIVE_FORMS, DATASETS, FORMATS, MODELS
+
+# Phases a crash of each class can happen in (startup = before the first step).
+CRASH_PHASES = {
+    "cuda_oom": ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor", "startup"),
+    "nccl_timeout": ("update_actor", "update_critic", "old_log_prob", "gen"),
+    "ray_actor_died": ("gen", "old_log_prob", "update_actor", "update_critic", "save_checkpoint"),
+    "host_oom_killed": ("gen", "old_log_prob", "save_checkpoint"),
+    "hang": ("gen", "update_actor", "old_log_prob", "update_critic"),
+    "nan_divergence": ("gen",),
+    "python_exception": ("reward", "testing", "startup"),
+    "vllm_engine_error": ("gen", "testing", "startup"),
+    "unknown": ("gen", "update_actor", "old_log_prob"),
+    "completed": (None,),
+}
+CRITIC_PHASES = ("values", "update_critic")
+SLOWDOWN_PHASE = {
+    "gen_slowdown": "gen",
+    "old_log_prob_slowdown": "old_log_prob",
+    "update_actor_slowdown": "update_actor",
+}
+
+
+@dataclass(frozen=True)
+class Episode:
+    """An injected anomaly: inclusive step range and how strong it is (meaning depends on the class)."""
+
+    cls: str
+    first_step: int
+    last_step: int
+    magnitude: float
+
+    def label(self) -> dict:
+        """The episode as labels.json writes it."""
+        return {"class": self.cls, "first_step": self.first_step, "last_step": self.last_step,
+                "magnitude": round(float(self.magnitude), 4)}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One start-up of the trainer: resumes from `start_step` (0 = fresh) and logs steps up to `end_step`."""
+
+    start_step: int
+    end_step: int
+    interrupt: str | None = None  # how a non-final segment ended: "killed", "nccl_timeout", "ray_actor_died"
+
+
+@dataclass
+class RunSpec:
+    """Everything that determines one simulated run; `generate_run` and the log writers read only this."""
+
+    run_id: str
+    seed: int
+    fmt: str
+    algo: str
+    model_path: str
+    model_short: str
+    model_class: str
+    model_size: str
+    model_b: float
+    dataset: str
+    data_source: str
+    train_size: int
+    val_size: int
+    project: str
+    experiment: str
+    rollout: str
+    rollout_mode: str
+    n: int
+    tp: int
+    gpu_memory_utilization: float
+    train_batch_size: int
+    ppo_mini_batch_size: int
+    ppo_micro_batch_size_per_gpu: int
+    max_prompt_length: int
+    max_response_length: int
+    lr: float
+    n_gpus_per_node: int
+    nnodes: int
+    total_steps: int
+    test_freq: int
+    save_freq: int
+    use_kl_loss: bool
+    val_n: int
+    failure_class: str
+    failure_phase: str | None
+    segments: list[Segment]
+    episodes: list[Episode] = field(default_factory=list)
+    archive_form: str = "dir"
+    has_jsonl: bool = False
+    worker_logs: bool = False
+    debug_memory: bool = False
+    ansi: bool = True
+    runner_name: str = "TaskRunner"
+    tqdm_prefixed: bool = False
+    samples_every_step: bool = False
+    start_ts: float = 1_750_000_000.0
+    gpu_total_gb: float = 79.11
+    hostname: str = "gpu-node-01"
+    ip: str = "10.0.0.1"
+    chatter: int = 0
+    disk_warnings: bool = False
+
+    @property
+    def last_step(self) -> int:
+        """Last training step logged in the final segment (0 if none)."""
+        return self.segments[-1].end_step
+
+    @property
+    def world_size(self) -> int:
+        """Number of GPUs of the run."""
+        return self.n_gpus_per_node * self.nnodes
+
+    @property
+    def has_critic(self) -> bool:
+        """True for GAE (PPO) runs, which train a critic."""
+        return self.algo == "gae"
+
+    @property
+    def has_ref(self) -> bool:
+        """True when the reference policy runs (KL loss on)."""
+        return self.use_kl_loss
+
+
+def draw_spec(rng: np.random.Generator, index: int, failure_class: str, anomalies: list[str],
+              steps_scale: float, seed: int) -> RunSpec:
+    """Draw a realistic config for run `index`, then place its ending and anomaly episodes."""
+    fmt = str(rng.choice(FORMATS, p=[0.45, 0.3, 0.25]))
+    algo = "gae" if rng.random() < 0.3 else "grpo"
+    model = MODELS[int(rng.integers(len(MODELS)))]
+    dataset = DATASETS[int(rng.integers(len(DATASETS)))]
+    rollout = "sglang" if fmt == "np2" and rng.random() < 0.3 else "vllm"
+    total = max(1, int(round(max(20.0, float(rng.lognormal(np.log(90), 0.5))) * steps_scale)))
+    test_freq = int(rng.choice([5, 10, 20, 25])) if total >= 10 else max(1, total)
+    save_freq = int(rng.choice([-1, 10, 20, 50])) if total >= 20 else -1
+    n_gpus = int(rng.choice([4, 8, 8, 8]))
+    tbs = int(rng.choice([64, 128, 256, 512, 1024]))
+    run_id = f"{dataset[0]}-{algo}-{model[1]}-{index:04d}"
+    spec = RunSpec(
+        run_id=run_id, seed=seed, fmt=fmt, algo=algo,
+        model_path=model[0], model_short=model[1], model_class=model[2], model_size=model[3], model_b=model[4],
+        dataset=dataset[0], data_source=dataset[1], train_size=dataset[2], val_size=dataset[3],
+        project=str(rng.choice(["verl_examples", "verl_grpo_example_gsm8k", "rl-math", "reasoning-rl"])),
+        experiment=f"{model[1]}_{algo}_{dataset[0]}_{index:04d}",
+        rollout=rollout, rollout_mode="agent_loop" if fmt == "np2" and rng.random() < 0.5 else "sync",
+        n=1 if algo == "gae" else int(rng.choice([4, 5, 8, 16])),
+        tp=int(rng.choice([1, 2, 4])) if model[4] < 5 else int(rng.choice([2, 4])),
+        gpu_memory_utilization=float(rng.choice([0.4, 0.5, 0.6, 0.7, 0.8])),
+        train_batch_size=tbs, ppo_mini_batch_size=max(16, tbs // int(rng.choice([2, 4, 8]))),
+        ppo_micro_batch_size_per_gpu=int(rng.choice([2, 4, 8, 16])),
+        max_prompt_length=int(rng.choice([512, 1024])), max_response_length=int(rng.choice([512, 1024, 2048, 4096])),
+        lr=float(rng.choice([1e-6, 5e-7, 3e-6])), n_gpus_per_node=n_gpus, nnodes=int(rng.choice([1, 1, 1, 2])),
+        total_steps=total, test_freq=test_freq, save_freq=save_freq,
+        use_kl_loss=algo == "grpo" and rng.random() < 0.7, val_n=int(rng.choice([1, 1, 4])),
+        failure_class=failure_class, failure_phase=None, segments=[],
+    )
+    spec.runner_name = "main_task" if fmt == "v04" and rng.random() < 0.4 else "TaskRunner"
+    spec.archive_form = str(rng.choice(ARCHIVE_FORMS, p=[0.55, 0.3, 0.15]))
+    spec.has_jsonl = spec.archive_form != "gz" and fmt != "v04" and rng.random() < 0.45
+    spec.worker_logs = spec.archive_form != "gz" and rng.random() < 0.35
+    spec.debug_memory = rng.random() < 0.4
+    spec.ansi = rng.random() < 0.75
+    spec.tqdm_prefixed = rng.random() < 0.5
+    spec.samples_every_step = rng.random() < 0.3
+    spec.disk_warnings = rng.random() < 0.12
+    spec.gpu_total_gb = float(rng.choice([79.11, 79.25, 94.5, 139.81]))
+    era = {"v04": 1_746_000_000, "bare": 1_754_000_000, "np2": 1_762_000_000}[fmt]
+    spec.start_ts = float(era + index * 21_611 + int(rng.integers(0, 3600)))
+    spec.hostname = f"gpu-node-{int(rng.integers(1, 64)):02d}"
+    spec.ip = f"10.{int(rng.integers(0, 255))}.{int(rng.integers(0, 255))}.{int(rng.integers(2, 250))}"
+    _place_ending(rng, spec)
+    _place_episodes(rng, spec, anomalies)
+    return spec
+
+
+def _place_ending(rng: np.random.Generator, spec: RunSpec) -> None:
+    phases = [p for p in CRASH_PHASES[spec.failure_class]
+              if (spec.has_critic or p not in CRITIC_PHASES) and (spec.save_freq > 0 or p != "save_checkpoint")]
+    phase = phases[int(rng.integers(len(phases)))]
+    if phase == "startup" and rng.random() < 0.5 and len(phases) > 1:
+        phase = phases[0]
+    total = spec.total_steps
+    if spec.failure_class == "completed":
+        end = total
+    elif phase == "startup":
+        end = 0
+    else:
+        end = int(rng.integers(max(1, int(total * 0.3)), max(2, int(total * 0.95))))
+        end = min(end, total - 1)
+    if phase == "save_checkpoint":
+        # a checkpoint crash happens on a save step: the step before it is the last one logged
+        end = max(0, (end // spec.save_freq) * spec.save_freq - 1)
+        if end + 1 < spec.save_freq:
+            phase = "gen"
+            end = min(total - 1, max(end, 1))
+    if phase == "testing":
+        end = max(0, ((end + 1) // spec.test_freq) * spec.test_freq - 1)
+    spec.failure_phase = phase
+    if spec.failure_class == "hang":
+        # a hang is only visible through the phase's last lines: vLLM preemption or DEBUG memory lines
+        if phase == "gen":
+            spec.rollout = "vllm"
+        else:
+            spec.debug_memory = True
+    segments: list[Segment] = []
+    if spec.save_freq > 0 and end > spec.save_freq + 2 and rng.random() < 0.35:
+        ckpts = list(range(spec.save_freq, end - 1, spec.save_freq))
+        ckpt = ckpts[int(rng.integers(len(ckpts)))]
+        seg_end = int(rng.integers(ckpt, min(end, ckpt + spec.save_freq)))
+        options = [k for k in ("killed", "nccl_timeout", "ray_actor_died") if k != spec.failure_class]
+        segments.append(Segment(0, seg_end, options[int(rng.integers(len(options)))]))
+        segments.append(Segment(ckpt, end))
+    else:
+        segments.append(Segment(0, end))
+    spec.segments = segments
+
+
+def _free_range(taken: list[tuple[int, int]], lo: int, hi: int, length: int,
+                rng: np.random.Generator) -> tuple[int, int] | None:
+    for _ in range(20):
+        if hi - lo + 1 < length:
+            return None
+        a = int(rng.integers(lo, hi - length + 2))
+        b = a + length - 1
+        if all(b + 2 < x or a > y + 2 for x, y in taken):
+            return a, b
+    return None
+
+
+def _magnitude(rng: np.random.Generator, cls: str, subtle: bool) -> float:
+    ranges = {
+        "kl_spike": ((8.0, 15.0), (40.0, 400.0)),
+        "nan_loss": ((1.0, 1.0), (3.0, 3.0)),
+        "grad_explosion": ((8.0, 15.0), (50.0, 1000.0)),
+        "gen_slowdown": ((1.6, 2.2), (3.0, 8.0)),
+        "old_log_prob_slowdown": ((1.7, 2.4), (3.0, 8.0)),
+        "update_actor_slowdown": ((1.7, 2.4), (3.0, 8.0)),
+        "memory_pressure": ((0.93, 0.95), (0.97, 0.995)),
+        "entropy_collapse": ((0.3, 0.4), (0.05, 0.15)),
+        "response_length_collapse": ((0.35, 0.45), (0.05, 0.15)),
+        "reward_collapse": ((0.3, 0.4), (0.0, 0.1)),
+    }
+    lo, hi = ranges[cls][0 if subtle else 1]
+    return float(rng.uniform(lo, hi))
+
+
+def _place_episodes(rng: np.random.Generator, spec: RunSpec, anomalies: list[str]) -> None:
+    first = spec.segments[-1].start_step + 1
+    last = spec.last_step
+    taken: list[tuple[int, int]] = []
+    episodes: list[Episode] = []
+    crashed = spec.failure_class not in ("completed", "hang", "unknown") and last >= 1
+    if crashed and spec.failure_class == "cuda_oom" and last - first >= 4:
+        length = int(rng.integers(3, min(10, last - first) + 1))
+        episodes.append(Episode("memory_pressure", last - length + 1, last, _magnitude(rng, "memory_pressure", False)))
+        taken.append((last - length + 1, last))
+    if crashed and spec.failure_class == "nan_divergence" and last - first >= 6:
+        n_nan = int(rng.integers(2, 5))
+        nan_first = last - n_nan + 1
+        episodes.append(Episode("nan_loss", nan_first, last, 3.0))
+        pre = str(rng.choice(["kl_spike", "grad_explosion"]))
+        plen = int(rng.integers(2, min(6, nan_first - first) + 1))
+        episodes.append(Episode(pre, nan_first - plen, nan_first - 1, _magnitude(rng, pre, False)))
+        taken.append((nan_first - plen, last))
+    for cls in anomalies:
+        subtle = rng.random() < 0.5
+        length = int(rng.integers(2, 12)) if cls != "nan_loss" else int(rng.integers(1, 3))
+        hi = last - 2 if crashed else last
+        if cls in ("entropy_collapse", "response_length_collapse", "reward_collapse") and rng.random() < 0.5:
+            length = max(length, (last - first) // 6)
+        span = _free_range(taken, max(first, 3), hi, length, rng)
+        if span is None:
+            continue
+        taken.append(span)
+        episodes.append(Episode(cls, span[0], span[1], _magnitude(rng, cls, subtle)))
+    spec.episodes = sorted(episodes, key=lambda e: e.first_step)

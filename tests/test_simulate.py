@@ -1,0 +1,309 @@
+"""The fleet simulator writes what real verl writes, and its labels agree with its files."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import re
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.simulate import (
+    ANOMALY_CLASSES,
+    FAILURE_CLASSES,
+    add_arguments,
+    fleet_specs,
+    generate_run,
+    run_from_args,
+    simulate_fleet,
+)
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+PREFIX = re.compile(r"^\((?:[A-Za-z_]+ )?pid=\d+(?:, ip=[0-9.]+)?\) ?")
+STEP = re.compile(r"^step:(\d+)(?: - (.*))?$")
+NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
+VALUE = {
+    "np2": re.compile(rf"^(?:np\.(?:float64|int32)\((?P<w>{NUMBER})\)|(?P<v>{NUMBER}))$"),
+    "bare": re.compile(rf"^(?P<v>{NUMBER})$"),
+    "v04": re.compile(r"^(?P<v>-?(?:\d+\.\d{3}|nan|inf))$"),
+}
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+SUFFIXES = (".tar.gz", ".tgz", ".zip", ".log.gz", ".gz", ".log")
+
+
+def entry_files(entry: Path) -> dict[str, str]:
+    """Every file of an archive entry, read independently of the simulator's own helpers."""
+    if entry.is_dir():
+        return {p.relative_to(entry).as_posix(): p.read_bytes().decode() for p in entry.rglob("*") if p.is_file()}
+    if entry.name.endswith(".tar.gz"):
+        with tarfile.open(entry) as tar:
+            return {m.name.split("/", 1)[1]: tar.extractfile(m).read().decode() for m in tar if m.isfile()}
+    return {entry.name[:-3]: gzip.decompress(entry.read_bytes()).decode()}
+
+
+def parse_steps(text: str, fmt: str) -> list[tuple[int, dict[str, float]]]:
+    """Every `step:N - k:v` line of a driver log, values parsed with the format's own value regex."""
+    out = []
+    for raw in text.split("\n"):
+        line = PREFIX.sub("", ANSI.sub("", raw))
+        m = STEP.match(line)
+        if not m:
+            continue
+        values = {}
+        for pair in (m.group(2) or "").split(" - "):
+            key, _, val = pair.rpartition(":")
+            vm = VALUE[fmt].match(val)
+            assert vm, f"{fmt} value {val!r} of {key}"
+            values[key] = float(vm.group("w") or vm.group("v")) if fmt == "np2" else float(vm.group("v"))
+        out.append((int(m.group(1)), values))
+    return out
+
+
+def same(a: float, b: float, fmt: str) -> bool:
+    if math.isnan(b):
+        return math.isnan(a)
+    if fmt == "v04":
+        return abs(a - b) <= 0.0005 + 1e-9
+    return a == b
+
+
+def expected_lines(spec):
+    """(step, values) of every step line the simulator meant to print, in log order."""
+    trace = generate_run(spec)
+    out = []
+    for k, seg in enumerate(spec.segments):
+        final = k == len(spec.segments) - 1
+        # a final launch that dies at start-up or in its first validation prints no step line
+        if final and (spec.failure_phase == "startup"
+                      or (spec.failure_phase == "testing" and seg.end_step == seg.start_step)):
+            break
+        _, step, val = trace.val_lines[k]
+        out.append((step, val))
+        out += [(int(trace.step[i]), trace.step_values(int(i))) for i in np.flatnonzero(trace.segment == k)]
+    return out
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    labels = simulate_fleet(tmp_path, runs=24, seed=11)
+    return tmp_path, labels
+
+
+def test_every_step_line_parses_back_to_the_values_meant(fleet):
+    out, labels = fleet
+    specs = {s.run_id: s for s in fleet_specs(24, 11)}
+    formats = set()
+    for run_id, lab in labels["runs"].items():
+        files = entry_files(out / "archive" / lab["entry"])
+        got = parse_steps(files[lab["log_file"]], lab["format"])
+        want = expected_lines(specs[run_id])
+        assert [s for s, _ in got] == [s for s, _ in want], run_id
+        for (_, g), (_, w) in zip(got, want, strict=True):
+            assert list(g) == list(w)
+            assert all(same(g[k], w[k], lab["format"]) for k in w), run_id
+        formats.add(lab["format"])
+    assert formats == {"np2", "bare", "v04"}
+
+
+def test_number_formats_follow_the_reference(fleet):
+    out, labels = fleet
+    seen = {"np2": False, "bare": False, "v04": False}
+    for lab in labels["runs"].values():
+        text = entry_files(out / "archive" / lab["entry"])[lab["log_file"]]
+        lines = [ANSI.sub("", x) for x in text.split("\n") if re.search(r"\) step:[1-9]", ANSI.sub("", x))]
+        if not lines:
+            continue
+        line = lines[0]
+        if lab["format"] == "np2":
+            assert "actor/pg_loss:np.float64(" in line and "critic/score/mean:np" not in line
+            assert re.search(r"training/global_step:\d+ ", line)
+        elif lab["format"] == "bare":
+            assert "np.float64" not in line and re.search(r"training/global_step:\d+ ", line)
+        else:
+            assert re.search(r"training/global_step:\d+\.000 ", line)
+        seen[lab["format"]] = True
+    assert all(seen.values())
+
+
+def test_jsonl_holds_the_final_segment_with_nan_as_null(fleet):
+    out, labels = fleet
+    specs = {s.run_id: s for s in fleet_specs(24, 11)}
+    checked = 0
+    for run_id, lab in labels["runs"].items():
+        if not lab["has_jsonl"]:
+            continue
+        files = entry_files(out / "archive" / lab["entry"])
+        records = [json.loads(x) for x in files[lab["jsonl_file"]].splitlines()]
+        want = expected_lines(specs[run_id])
+        want = want[len(want) - len(records):]
+        if records and lab["failure_phase"] != "startup":
+            assert records[0]["step"] == lab["segment_start_steps"][-1]  # truncated at the last launch
+        for rec, (step, values) in zip(records, want, strict=True):
+            assert rec["step"] == step and list(rec["data"]) == list(values)
+            for k, v in values.items():
+                assert (rec["data"][k] is None) if not math.isfinite(v) else rec["data"][k] == v
+        checked += 1
+    assert checked
+
+
+def test_labels_agree_with_the_files(fleet):
+    out, labels = fleet
+    assert set(labels) >= {"seed", "generator", "failure_classes", "runs"}
+    for run_id, lab in labels["runs"].items():
+        files = entry_files(out / "archive" / lab["entry"])
+        text = files[lab["log_file"]]
+        lines = text.split("\n")
+        steps = parse_steps(text, lab["format"])
+        starts = lab["segment_start_steps"]
+        assert len(re.findall(r"Total training steps: (\d+)", text)) == lab["segments"] == len(starts)
+        assert int(re.search(r"Total training steps: (\d+)", text).group(1)) == lab["expected_steps"]
+        # the last segment's steps begin at its validation line step:N (N = checkpoint step)
+        final = [s for s, _ in steps]
+        if starts[-1] in final:
+            final = final[len(final) - 1 - final[::-1].index(starts[-1]):]
+        assert (max(final) if final else 0) == lab["last_step"], run_id
+        assert len({s for s, _ in steps if s > 0}) == lab["n_steps_logged"]
+        if lab["failure_class"] == "completed":
+            assert lab["root_cause_line_no"] is None and lab["last_step"] == lab["expected_steps"]
+            assert "Final validation metrics" in text
+            continue
+        assert lab["root_cause_file"] == lab["log_file"]
+        assert lab["first_error_line_contains"] in lines[lab["root_cause_line_no"] - 1], run_id
+        if lab["signature"]:
+            assert lab["signature"] in text
+        if lab["failure_class"] == "hang":
+            assert "Traceback" not in "\n".join(lines[lab["root_cause_line_no"] - 40:])
+        for ep in lab["episodes"]:
+            assert 1 <= ep["first_step"] <= ep["last_step"] <= lab["last_step"]
+
+
+VERBATIM = {
+    "cuda_oom": ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "ray.exceptions.RayTaskError("],
+    "nccl_timeout": ["ProcessGroupNCCL.cpp:616]", "Watchdog caught collective operation timeout: WorkNCCL(SeqNum="],
+    "ray_actor_died": ["ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+                       "class_name: create_colocated_worker_cls.<locals>.WorkerDict"],
+    "host_oom_killed": ["ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+                        "Top 10 memory users:"],
+    "python_exception": ["Error executing job with overrides: [",
+                         "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."],
+    "nan_divergence": ["RuntimeError: probability tensor contains either `inf`, `nan` or element < 0"],
+    "unknown": [],
+    "hang": [],
+    "vllm_engine_error": [],
+}
+
+
+def test_failure_texts_are_verbatim_and_name_the_phase(tmp_path):
+    labels = simulate_fleet(tmp_path, runs=60, seed=5)
+    methods = {"gen": "generate_sequences", "old_log_prob": "compute_log_prob", "ref": "compute_ref_log_prob",
+               "values": "compute_values", "update_critic": "update_critic", "update_actor": "update_actor"}
+    seen, named = set(), 0
+    for lab in labels["runs"].values():
+        cls = lab["failure_class"]
+        if cls == "completed":
+            continue
+        text = ANSI.sub("", entry_files(tmp_path / "archive" / lab["entry"])[lab["log_file"]])
+        for t in VERBATIM[cls]:
+            if cls == "cuda_oom" and lab["format"] == "v04":
+                t = t.replace("torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError")
+            assert t in text, (lab["entry"], t)
+        if cls in ("cuda_oom", "ray_actor_died", "nccl_timeout") and lab["failure_phase"] in methods:
+            tail = "\n".join(text.split("\n")[lab["root_cause_line_no"] - 60:])
+            assert methods[lab["failure_phase"]] in tail, lab["entry"]
+            named += 1
+        seen.add(cls)
+    assert seen == set(FAILURE_CLASSES) - {"completed"}
+    assert named >= 5
+
+
+def test_archives_open_and_map_to_run_ids(fleet):
+    out, labels = fleet
+    entries = sorted(p.name for p in (out / "archive").iterdir())
+    forms = set()
+    for name in entries:
+        run_id = name
+        for suffix in SUFFIXES:
+            if run_id.endswith(suffix):
+                run_id = run_id[: -len(suffix)]
+                break
+        assert RUN_ID.match(run_id) and re.search("[A-Za-z]", run_id)
+        lab = labels["runs"][run_id]
+        assert lab["entry"] == name
+        files = entry_files(out / "archive" / name)
+        assert lab["log_file"] in files
+        for f in lab["worker_log_files"]:
+            assert re.fullmatch(r"ray_logs/worker-[0-9a-f]+-[0-9a-f]+-\d+\.err", f) and f in files
+        forms.add(lab["archive_form"])
+    assert len(entries) == len(labels["runs"]) == 24
+    assert forms == {"dir", "tar.gz", "gz"}
+
+
+def test_same_seed_same_bytes(tmp_path):
+    def snapshot(root: Path) -> dict[str, bytes]:
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    simulate_fleet(tmp_path / "a", runs=12, seed=4)
+    simulate_fleet(tmp_path / "b", runs=12, seed=4)
+    simulate_fleet(tmp_path / "c", runs=12, seed=5)
+    a, b, c = snapshot(tmp_path / "a"), snapshot(tmp_path / "b"), snapshot(tmp_path / "c")
+    assert a == b
+    assert a["labels.json"] != c["labels.json"]
+
+
+def test_a_100_run_fleet_covers_both_vocabularies(tmp_path):
+    labels = simulate_fleet(tmp_path, runs=100, seed=7)
+    runs = labels["runs"].values()
+    assert {lab["failure_class"] for lab in runs} == set(FAILURE_CLASSES)
+    assert {ep["class"] for lab in runs for ep in lab["episodes"]} == set(ANOMALY_CLASSES)
+    healthy = [lab for lab in runs if lab["failure_class"] == "completed" and not lab["episodes"]]
+    assert 25 <= len(healthy) <= 45
+    assert {lab["format"] for lab in runs} == {"np2", "bare", "v04"}
+    assert any(lab["segments"] > 1 for lab in runs) and any(lab["has_jsonl"] for lab in runs)
+    assert any(lab["worker_log_files"] for lab in runs)
+    assert labels["failure_classes"] == {c: sum(lab["failure_class"] == c for lab in runs) for c in FAILURE_CLASSES}
+
+
+def test_healthy_dynamics_and_episode_magnitudes():
+    specs = fleet_specs(100, 7)
+    for spec in specs:
+        trace = generate_run(spec)
+        if len(trace.step) < 10:
+            continue
+        v = trace.values
+        final = trace.segment == len(spec.segments) - 1
+        in_ep = np.zeros(len(trace.step), bool)
+        for ep in spec.episodes:
+            in_ep |= final & (trace.step >= ep.first_step) & (trace.step <= ep.last_step)
+        calm = ~in_ep
+        phases = sum(v[k] for k in v if k.startswith("timing_s/") and k.split("/")[1] in
+                     ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"))
+        assert np.all(v["timing_s/step"] >= phases)  # testing and save_checkpoint are outside the step timer
+        share = v["timing_s/gen"][calm] / v["timing_s/step"][calm]
+        assert 0.45 <= np.median(share) <= 0.85
+        for ep in spec.episodes:
+            m = final & (trace.step >= ep.first_step) & (trace.step <= ep.last_step)
+            if ep.cls == "kl_spike":
+                assert np.all(np.abs(v["actor/ppo_kl"][m]) > 0.05)
+                assert np.median(np.abs(v["actor/ppo_kl"][m])) >= 5 * np.median(np.abs(v["actor/ppo_kl"][calm]))
+            if ep.cls == "gen_slowdown":
+                assert np.median(v["timing_s/gen"][m]) >= 1.4 * np.median(v["timing_s/gen"][calm])
+            if ep.cls == "nan_loss":
+                assert np.all(np.isnan(v["actor/pg_loss"][m]))
+            if ep.cls == "memory_pressure":
+                assert np.all(v["perf/max_memory_reserved_gb"][m] >= 0.9 * spec.gpu_total_gb)
+
+
+def test_steps_scale_and_cli(tmp_path):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([str(tmp_path / "small"), "--runs", "4", "--seed", "1", "--steps-scale", "0.05"])
+    assert run_from_args(args) == 0
+    small = json.loads((tmp_path / "small" / "labels.json").read_text())
+    assert all(lab["expected_steps"] <= 20 for lab in small["runs"].values())
+    big = fleet_specs(3, 1, steps_scale=200)
+    assert max(s.total_steps for s in big) >= 10_000
