@@ -14,6 +14,8 @@ from pipeline.lake import connect, refresh_catalog
 
 RUN_DERIVED = ("step_phases", "step_health", "run_events", "run_summary", "config_findings")
 FLEET_DERIVED = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
+# Dagster's console logger prints every step event at DEBUG; the command line shows a summary instead.
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 @dataclass
 class RunOutcome:
@@ -117,7 +119,8 @@ def analyze_archive(
     resources = defs.resources
 
     def _run(selection: list[str], tags: dict | None = None) -> None:
-        materialize(assets, instance=instance, resources=resources, selection=selection, tags=tags)
+        materialize(assets, instance=instance, resources=resources, selection=selection, tags=tags,
+                    run_config=QUIET_LOGS)
 
     if ordered:
         tags = _range_tags(ordered) if len(ordered) > 1 else {"dagster/partition": ordered[0]}

@@ -10,7 +10,9 @@ from dagster import Definitions, EnvVar
 from pipeline.assets.derive import fleet_table_assets, run_table_assets
 from pipeline.assets.detect import anomaly_model, anomaly_model_fresh, step_anomalies
 from pipeline.assets.ingest import ingested_run
+from pipeline.assets.publish import published_warehouse
 from pipeline.assets.report import fleet_report, fleet_report_mail, run_report
+from pipeline.executors import run_assets_dask_job
 from pipeline.jobs import nightly_job, run_assets_job, run_health_job
 from pipeline.resources import ArchiveResource, ReportsResource, SmtpResource, WarehouseResource
 from pipeline.schedules import nightly_schedule
@@ -54,9 +56,10 @@ def build_definitions(
             run_report,
             fleet_report,
             fleet_report_mail,
+            published_warehouse,
         ],
         asset_checks=[anomaly_model_fresh],
-        jobs=[run_assets_job, nightly_job, run_health_job],
+        jobs=[run_assets_job, run_assets_dask_job, nightly_job, run_health_job],
         sensors=[finished_run_sensor, pipeline_failure_mail],
         schedules=[nightly_schedule],
         resources={

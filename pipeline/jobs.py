@@ -1,7 +1,5 @@
 """Jobs: per-run assets (the sensor's), the nightly fleet job, and `run_health_job` for launchers."""
 
-from __future__ import annotations
-
 from dagster import (
     AssetKey,
     AssetMaterialization,
@@ -22,7 +20,7 @@ PER_RUN_ASSETS = [
     "config_findings", "step_anomalies", "run_report",
 ]
 FLEET_ASSETS = ["fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines"]
-NIGHTLY_ASSETS = [*FLEET_ASSETS, "fleet_report", "fleet_report_mail"]
+NIGHTLY_ASSETS = [*FLEET_ASSETS, "fleet_report", "fleet_report_mail", "published_warehouse"]
 
 run_assets_job = define_asset_job(
     "run_assets_job",

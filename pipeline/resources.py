@@ -11,29 +11,51 @@ from pydantic import Field
 class ArchiveResource(ConfigurableResource):
     """The archive root that holds one entry (folder, .tar.gz, .zip or .gz) per verl run."""
 
-    root: str = Field(description="Archive root folder (local path).")
+    root: str = Field(description="Archive root: a local folder or an s3:// URL (mirrored into cache_dir).")
     quiet_period_s: int = Field(
         default=600, description="A run unchanged for this many seconds counts as finished."
     )
+    cache_dir: str = Field(default="", description="Local mirror of an s3:// archive; empty: a temp folder.")
+
+    def local_root(self) -> Path:
+        """The folder ingest reads: the root itself, or the refreshed local mirror of an s3:// root."""
+        from pipeline import objectstore
+
+        if not objectstore.is_url(self.root):
+            return Path(self.root)
+        cache = self.cache_dir or objectstore.default_cache_dir(self.root, "archive")
+        return objectstore.stage_archive(self.root, cache)
 
     def discover(self, now: float | None = None):
         """Discover the run entries under the root."""
         from pipeline.ingest import discover_runs
 
-        return discover_runs(self.root, quiet_period_s=self.quiet_period_s, now=now)
+        return discover_runs(self.local_root(), quiet_period_s=self.quiet_period_s, now=now)
 
 
 class WarehouseResource(ConfigurableResource):
     """The Parquet lake and its DuckDB catalog."""
 
-    path: str = Field(description="Warehouse folder (Parquet tables and warehouse.duckdb).")
+    path: str = Field(description="Warehouse folder, or an s3:// URL it is published to (built in cache_dir).")
+    cache_dir: str = Field(default="", description="Local build folder of an s3:// warehouse; empty: a temp folder.")
 
     @property
     def root(self) -> Path:
-        """The warehouse folder, created on first use."""
-        p = Path(self.path)
+        """The local warehouse folder, created on first use."""
+        from pipeline import objectstore
+
+        if objectstore.is_url(self.path):
+            p = Path(self.cache_dir or objectstore.default_cache_dir(self.path, "warehouse"))
+        else:
+            p = Path(self.path)
         p.mkdir(parents=True, exist_ok=True)
         return p
+
+    def publish(self) -> dict[str, int] | None:
+        """Upload the local warehouse to its s3:// URL; None for a local warehouse."""
+        from pipeline import objectstore
+
+        return objectstore.publish_warehouse(self.root, self.path) if objectstore.is_url(self.path) else None
 
     def connect(self):
         """A DuckDB connection with a view per table."""

@@ -1,5 +1,6 @@
 -- Every error and warning line of a run, classified. Bound parameters: $run_ids VARCHAR[].
 -- The classification is data: the first pattern (lowest priority) that matches the line wins.
+-- Lines are matched with their numbers blanked to 0, so a pattern must not depend on digit values.
 with patterns(priority, event_class, pattern) as (
     values
         -- wrappers and chain furniture first, so a wrapper that names its cause is not taken for it
@@ -8,24 +9,28 @@ with patterns(priority, event_class, pattern) as (
         (12, 'ray_task_error', 'RayTaskError'),
         (13, 'traceback', '^\s*Traceback \(most recent call last\)'),
         (14, 'traceback_frame', '^\s*File "[^"]*", line \d+'),
+        (16, 'traceback_code', '^\s{4,}\S|^\s*\^+\s*$|^\t'),
         (15, 'chained_exception', 'During handling of the above exception|The above exception was the direct cause'),
         -- specific causes
         (20, 'host_oom_killed', 'ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)|Out of memory: Kill(ed)? process|oom-kill|Memory cgroup out of memory'),
-        (21, 'cuda_oom', 'CUDA out of memory|OutOfMemoryError: CUDA|cuda error: out of memory|CUresult error: 2 \(out of memory\)|CUDA error: out of memory|torch(\.cuda)?\.OutOfMemoryError'),
+        (21, 'cuda_oom', 'CUDA out of memory|OutOfMemoryError: CUDA|cuda error: out of memory|CUresult error: \d+ \(out of memory\)|CUDA error: out of memory|torch(\.cuda)?\.OutOfMemoryError'),
         (22, 'device_oom', 'Ran out of memory in memory space hbm|RESOURCE_EXHAUSTED|HBM OOM'),
         (23, 'nccl_timeout', 'Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|NCCL.{0,40}time(d)? ?out|taking the entire process down'),
         (24, 'nccl_error', 'NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|DistBackendError|ProcessGroupNCCL'),
         (25, 'distributed_init_error', 'TCPStore|c10d|rendezvous|Connection reset by peer|invalid nonce'),
         (30, 'actor_died', 'ActorDiedError|The actor died unexpectedly|The actor is dead because|A worker died or was killed|Worker exit type: SYSTEM_ERROR|actor died'),
         (31, 'actor_unavailable', 'ActorUnavailableError|RaySystemError|ObjectLostError|OwnerDiedError'),
-        (35, 'vllm_engine_error', 'EngineDeadError|EngineCore encountered|No available memory for the cache blocks|maximum number of tokens that can be stored in KV cache|Not enough memory\. Please try to increase --mem-fraction-static|run_headless failed|Error aborting requests|Scheduler hit an exception|should be less than or equal to max_position_embeddings|AsyncEngineDeadError|vllm\.[\w.]*Error|sglang\.[\w.]*Error'),
+        (34, 'engine_traceback', 'Scheduler hit an exception|EngineCore failed to start|Engine core initialization failed|EngineCore encountered'),
+        (35, 'vllm_engine_error', 'EngineDeadError|No available memory for the cache blocks|maximum number of tokens that can be stored in KV cache|Not enough memory\. Please try to increase --mem-fraction-static|run_headless failed|Error aborting requests|should be less than or equal to max_position_embeddings|AsyncEngineDeadError|vllm\.[\w.]*Error|sglang\.[\w.]*Error'),
         (36, 'illegal_memory_access', 'an illegal memory access was encountered|CUDA error: device-side assert|CUBLAS_STATUS|cudaErrorLaunchFailure'),
-        (40, 'nan', 'grad_norm is not finite|[Ll]oss (is|became) (nan|NaN|inf)|\b(NaN|nan|inf) (loss|detected)|contains (NaN|nan|inf)|non-finite|FloatingPointError'),
-        (45, 'disk_full', 'No space left on device|is over \d+% full|Disk quota exceeded'),
+        (40, 'nan', 'grad_norm is not finite|[Ll]oss (is|became) (nan|NaN|inf)|\b(NaN|nan|inf) (loss|detected)|contains (NaN|nan|inf)|probability tensor contains either|non-finite|FloatingPointError'),
+        (45, 'disk_full', 'No space left on device|Disk quota exceeded'),
+        (46, 'disk_pressure', 'is over \d+% full'),
         (50, 'keyboard_interrupt', 'KeyboardInterrupt'),
-        (51, 'killed_by_signal', 'SIGKILL|SIGSEGV|SIGTERM|SIGABRT|SIGBUS|Segmentation fault|Fatal Python error|[Kk]illed by signal|exit code -?(9|11|15|134|137|139)\b'),
+        (50, 'terminated', 'SIGTERM received|CANCELLED AT .* DUE TO|DUE TO TIME LIMIT|PREEMPTION|[Kk]illed by (the )?scheduler'),
+        (51, 'killed_by_signal', 'SIGKILL|SIGSEGV|SIGABRT|SIGBUS|Segmentation fault|Fatal Python error|[Kk]illed by signal'),
         (55, 'timeout', 'GetTimeoutError|TimeoutError|DeadlineExceeded|timed out|[Tt]imeout expired'),
-        (58, 'import_error', '(ModuleNotFoundError|ImportError)\b|undefined symbol|failed to import'),
+        (58, 'import_error', '(ModuleNotFoundError|ImportError)\b|undefined symbol'),
         (60, 'python_exception', '^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?:\([\w.]*\))?(?::|\s*$)'),
         -- known noise
         (70, 'ray_metrics_exporter', 'metrics exporter agent|Failed to establish connection to the metrics exporter'),
@@ -34,20 +39,63 @@ with patterns(priority, event_class, pattern) as (
 ),
 lines as (
     select
-        run_id, file, line_no, kind, component, segment, step, phase_hint, ts, text,
-        -- the Ray prefix is already in `component`; match on the message itself
-        regexp_replace(text, '^\s*\([^)]*\)\s*', '') as body
+        run_id, file, line_no, kind, component, pid, segment, step, phase_hint, ts, text,
+        -- the Ray prefix is already in `component`; match on the message itself, indentation kept
+        regexp_replace(text, '^\([^)]*\) ?', '') as body
     from log_lines
-    where list_contains($run_ids, run_id) and (kind in ('error', 'warning') or phase_hint is not null)
+    where list_contains($run_ids, run_id)
+      and (kind in ('error', 'warning') or phase_hint is not null or ts is not null
+           -- fatal signals, scheduler kills and Ray's dead-worker notice do not read like errors
+           or text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%')
+),
+ordered as (
+    select
+        *,
+        -- a time for every line that never runs backwards within a file, to order lines across files
+        max(ts) over (partition by run_id, file order by line_no) as order_ts
+    from lines
+),
+blocks as (
+    -- traceback blocks per file and process: a block starts at its `Traceback` header
+    select
+        *,
+        count(*) filter (where contains(body, 'Traceback (most recent call last)')) over (
+            partition by run_id, file, pid order by line_no) as block
+    from ordered
+),
+engine_blocks as (
+    select
+        *,
+        -- the outermost phase a traceback names is the trainer call whose timer never closed
+        first_value(phase_hint ignore nulls) over (
+            partition by run_id, file, pid, block order by line_no
+            rows between unbounded preceding and current row) as block_phase,
+        -- the block's frames run inside the rollout engine's own package: its errors are engine errors
+        bool_or(regexp_matches(body, 'File "[^"]*/(vllm|sglang)/|Scheduler hit an exception|EngineCore encountered'))
+            over (partition by run_id, file, pid, block order by line_no) as in_engine
+    from blocks
 ),
 events as (
-    select * from lines where kind in ('error', 'warning')
+    select *
+    from engine_blocks
+    where kind in ('error', 'warning')
+       or text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
+),
+shapes as (
+    -- one row per line shape (numbers blanked): a pattern that is not a constant is compiled for every
+    -- row it meets, so match the few shapes, not the many lines
+    select distinct regexp_replace(body, '[0-9]+', '0', 'g') as shape from events
+),
+shape_class as (
+    select s.shape, arg_min(p.event_class, p.priority) as event_class
+    from shapes as s
+    join patterns as p on regexp_matches(s.shape, p.pattern)
+    group by all
 ),
 classified as (
-    select e.run_id, e.file, e.line_no, arg_min(p.event_class, p.priority) as event_class
+    select e.run_id, e.file, e.line_no, c.event_class
     from events as e
-    join patterns as p on regexp_matches(e.body, p.pattern)
-    group by all
+    join shape_class as c on c.shape = regexp_replace(e.body, '[0-9]+', '0', 'g')
 ),
 phased as (
     -- the phase a line interrupted: its own hint, else the latest hint earlier in the same step
@@ -58,23 +106,33 @@ phased as (
             rows between unbounded preceding and current row
         ) as phase
     from lines
+    where kind in ('error', 'warning') or phase_hint is not null
 )
 select
     e.run_id, e.file, e.line_no,
     case
+        when e.in_engine and e.block > 0 and c.event_class in ('python_exception', 'distributed_init_error',
+            'nccl_error', 'illegal_memory_access', 'timeout') then 'vllm_engine_error'
         when c.event_class = 'python_exception' then 'python_exception:' || regexp_extract(
             e.body, '^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit))', 1)
         when c.event_class = 'ray_task_error' and regexp_matches(e.body, 'RayTaskError\((\w+)\)')
             then 'ray_task_error:' || regexp_extract(e.body, 'RayTaskError\((\w+)\)', 1)
         else coalesce(c.event_class, e.kind || '_other')
     end as event_class,
-    e.kind,
+    case when e.kind in ('error', 'warning') then e.kind else 'error' end as kind,
     e.component,
     e.body as message,
     e.step,
-    p.phase,
+    -- preemption is vLLM making room in the KV cache: it happens while generating
+    case
+        when c.event_class = 'kv_cache_preemption' then coalesce(p.phase, 'gen')
+        when e.block > 0 and e.kind = 'error' then coalesce(e.block_phase, p.phase)
+        else p.phase
+    end as phase,
+    case when e.block > 0 and e.kind = 'error' then e.block_phase end as traceback_phase,
     e.segment,
-    e.ts
+    e.ts,
+    e.order_ts
 from events as e
 left join classified as c using (run_id, file, line_no)
 left join phased as p using (run_id, file, line_no)

@@ -46,14 +46,15 @@ resolved as (
 ),
 per_priority as (
     select
-        m.run_id, m.step, r.col, r.priority,
-        case when r.col = 'val_core_mean' then avg(m.value) else max(m.value) end as value
+        m.run_id, m.step, r.col, r.priority, avg(m.value) as mean_value, max(m.value) as max_value
     from metrics as m
     join resolved as r using (key)
     group by all
 ),
 picked as (
-    select run_id, step, col, arg_min(value, priority) as value
+    select
+        run_id, step, col,
+        arg_min(case when col = 'val_core_mean' then mean_value else max_value end, priority) as value
     from per_priority
     group by all
 ),
@@ -96,8 +97,9 @@ steps as (
         run_id, step,
         max(segment) as segment,
         count(*) as n_metrics,
-        bool_or(isnan(value) or isinf(value)) as has_nan,
-        list(key order by key) filter (where isnan(value) or isinf(value)) as nan_keys
+        -- not isfinite(): DuckDB folds isnan() to false when Parquet statistics (which skip NaN) say none
+        bool_or(not isfinite(value)) as has_nan,
+        list(key order by key) filter (where not isfinite(value)) as nan_keys
     from metrics
     group by all
 )

@@ -108,7 +108,7 @@ bottleneck as (
         on gen, reward, old_log_prob, ref, "values", adv, update_critic, update_actor, update_weights
         into name phase value seconds
     )
-    where not isnan(seconds)
+    where isfinite(seconds)
     group by all
 ),
 step_ts as (
@@ -122,16 +122,20 @@ step_ts as (
     ) as l
         on l.run_id = s.run_id and l.file = s.step_file and l.line_no <= s.step_line_no
 ),
+fresh as (
+    select
+        *,
+        -- a timestamp written since the previous step line dates this step's end; an older one does not
+        case when ts_line_no > coalesce(lag(step_line_no) over w, 0) then ts end as step_end_ts
+    from step_ts
+    window w as (partition by run_id, step_file order by step_line_no)
+),
 wall as (
     select
         run_id, step,
-        case
-            -- only when a new timestamp was written since the previous step line
-            when ts_line_no > lag(step_line_no) over w and lag(ts) over w is not null
-                then epoch(ts - lag(ts) over w)
-        end as wall_time_s,
-        ts as step_ts
-    from step_ts
+        epoch(step_end_ts - lag(step_end_ts) over w) as wall_time_s,
+        step_end_ts as step_ts
+    from fresh
     window w as (partition by run_id, step_file order by step_line_no)
 )
 select

@@ -1,7 +1,5 @@
 """Derive layer: one asset per `sql/<table>.sql`, per run (partitioned) or across the fleet."""
 
-from __future__ import annotations
-
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -21,16 +19,19 @@ from pipeline.quality import contract_violations, phase_sums_consistent
 from pipeline.resources import WarehouseResource
 
 RUN_TABLES = {
-    "step_phases": ("Per step: every verl timer, shares of the step, bottleneck and throughput.", ["step_metrics"]),
+    "step_phases": (
+        "Per step: every verl timer, shares of the step, bottleneck and throughput.",
+        ["step_metrics", "log_lines", "runs"],
+    ),
     "step_health": ("Per step: reward, KL, entropy, losses, grad norm, lengths, memory.", ["step_metrics"]),
     "run_events": ("Every error and warning with its class, component, step and phase.", ["log_lines"]),
     "run_summary": (
         "One row per run: failure class, last step, root cause line, bottleneck, goodput.",
-        ["runs", "step_phases", "run_events", "log_lines"],
+        ["runs", "step_phases", "step_health", "run_events", "log_lines"],
     ),
     "config_findings": (
         "Configuration problems the logs show, each with its evidence line.",
-        ["runs", "log_lines", "step_metrics", "run_events"],
+        ["runs", "log_lines", "step_metrics", "step_health", "run_events"],
     ),
 }
 FLEET_TABLES = {

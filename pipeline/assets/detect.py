@@ -1,7 +1,5 @@
 """Detect layer: the fleet-fitted isolation forest and the per-run anomalous steps."""
 
-from __future__ import annotations
-
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,

@@ -1,7 +1,5 @@
 """Ingest layer: each archived run becomes its `runs`, `log_lines` and `step_metrics` partitions."""
 
-from __future__ import annotations
-
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,

@@ -1,7 +1,5 @@
 """Report layer: run reports, the fleet report and the mail that carries it."""
 
-from __future__ import annotations
-
 import datetime as dt
 
 from dagster import (

@@ -21,12 +21,17 @@ LOG_CHANNELS = (
     "entropy",
     "response_length_mean",
     "mem_allocated_gb",
+    "mem_reserved_gb",
 )
 # Channels that can be zero or negative: compared on a signed-log scale (ppo_kl, pg_loss)
 # or linearly (reward, clip fraction, memory share).
 ASINH_CHANNELS = ("ppo_kl", "pg_loss")
+# Smallest "typical magnitude" of a signed-log channel: below it the transform is linear, so
+# rounding (v0.4 prints 3 decimals) and noise around zero do not look like jumps.
+ASINH_FLOOR = {"ppo_kl": 1e-3, "pg_loss": 1e-2}
 LINEAR_CHANNELS = ("reward_mean", "pg_clipfrac", "mem_fraction")
 CHANNELS = LOG_CHANNELS + ASINH_CHANNELS + LINEAR_CHANNELS
+FALLING = ("entropy", "response_length_mean", "reward_mean")  # anomalous when they drop
 
 PHASE_TIMES = ("gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "update_weights")
 SHARES = ("share_gen", "share_old_log_prob", "share_update_actor")
@@ -34,16 +39,17 @@ SHARES = ("share_gen", "share_old_log_prob", "share_update_actor")
 # Smallest robust scale per channel (in the channel's transformed units): a run whose metric is
 # nearly constant would otherwise turn a 1% wobble into a huge z-score.
 SCALE_FLOOR = {c: 0.02 for c in LOG_CHANNELS} | {
-    "ppo_kl": 0.05,
-    "pg_loss": 0.05,
+    "ppo_kl": 0.3,
+    "pg_loss": 0.3,
     "reward_mean": 0.01,
     "pg_clipfrac": 0.002,
     "mem_fraction": 0.005,
 }
 
-WINDOW = 30  # steps of history in the rolling baseline
-MIN_PERIODS = 5  # fewer clean steps than this: fall back to the run's clean median
-MASK_Z = 3.0  # first-pass |z| above which a step is kept out of the second-pass baseline
+HALF_WINDOW = 10  # steps on each side of the current one in the rolling baseline
+MIN_PERIODS = 3  # fewer clean steps than this on a side: that side is not used
+MASK_Z = 2.5  # |z| above which a step is kept out of the next pass's baseline
+PASSES = 5
 
 
 def merge_steps(phases: pd.DataFrame, health: pd.DataFrame) -> pd.DataFrame:
@@ -66,9 +72,10 @@ def _reward_column(df: pd.DataFrame) -> pd.Series:
     return reward.astype(float)
 
 
-def _transform(df: pd.DataFrame) -> pd.DataFrame:
-    """Channels on the scale where a deviation is additive (log, signed log, linear)."""
-    out = {}
+def _transform(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, pd.Series]]:
+    """Channels on the scale where a deviation is additive (log, signed log, linear), and the
+    per-row scale of each signed-log channel."""
+    out, typicals = {}, {}
     for c in LOG_CHANNELS:
         x = df[c].astype(float) if c in df else pd.Series(np.nan, index=df.index)
         x = x.where(np.isfinite(x) & (x > 0))
@@ -78,34 +85,138 @@ def _transform(df: pd.DataFrame) -> pd.DataFrame:
         x = x.where(np.isfinite(x))
         # scale by the run's typical magnitude so the transform is log-like above it
         typical = x.abs().groupby(df["run_id"], sort=False).transform("median")
-        typical = typical.where(typical > 0, 1e-6)
+        typical = typical.clip(lower=ASINH_FLOOR[c]).fillna(ASINH_FLOOR[c])
+        typicals[c] = typical
         out[c] = np.arcsinh(x / typical)
     for c in LINEAR_CHANNELS:
         x = _reward_column(df) if c == "reward_mean" else (
             df[c].astype(float) if c in df else pd.Series(np.nan, index=df.index))
         out[c] = x.where(np.isfinite(x))
-    return pd.DataFrame(out, index=df.index)
+    return pd.DataFrame(out, index=df.index), typicals
 
 
-def _trailing_median(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
-    """Median of the previous WINDOW rows of the same run (current row excluded), else the run median."""
-    grouped = values.groupby(runs, sort=False)
-    rolled = grouped.rolling(WINDOW, min_periods=MIN_PERIODS).median()
-    rolled = rolled.reset_index(level=0, drop=True).sort_index()
-    trailing = rolled.groupby(runs, sort=False).shift(1)
-    return trailing.fillna(grouped.transform("median"))
+def _group_bounds(runs: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """For each row, the first row of its run and one past its last (rows sorted by run)."""
+    codes = runs.to_numpy()
+    n = len(codes)
+    new = np.ones(n, dtype=bool)
+    new[1:] = codes[1:] != codes[:-1]
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], n]
+    sizes = ends - starts
+    return np.repeat(starts, sizes), np.repeat(ends, sizes)
 
 
-def _robust_z(values: pd.DataFrame, runs: pd.Series, mask: pd.DataFrame | None):
-    """Baseline, residual and robust z of every channel; rows in `mask` stay out of the baseline."""
-    clean = values if mask is None else values.mask(mask)
-    base = _trailing_median(clean, runs)
-    resid = values - base
-    clean_resid = resid if mask is None else resid.mask(mask)
-    mad = clean_resid.abs().groupby(runs, sort=False).transform("median") * 1.4826
+def _line_from(c, at: np.ndarray) -> np.ndarray:
+    """Least-squares line read at position `at`, from a window's sums of w, wx, wx^2, wy, wxy.
+
+    Fewer than MIN_PERIODS clean rows give NaN; rows all at one position give their mean.
+    """
+    c0, c1, c2, t0, t1 = c
+    with np.errstate(invalid="ignore", divide="ignore"):
+        xbar = c1 / c0
+        ybar = t0 / c0
+        sxx = c2 - c1 * xbar
+        sxy = t1 - c1 * ybar
+        slope = np.where(sxx > 1e-9, sxy / sxx, 0.0)
+        line = ybar + slope * (at - xbar)
+    return np.where(c0 >= MIN_PERIODS, line, np.nan)
+
+
+def _local_level(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray):
+    """Two levels of each row of one channel from the clean rows of its run (the row excluded).
+
+    Windows count clean rows, not rows, so a long anomalous stretch is skipped over rather than
+    leaving its own steps as their baseline.
+    The two-sided level: the least-squares line through the HALF_WINDOW clean rows before and
+    the HALF_WINDOW after, read at the row, so a linear trend does not bias it (at a run's edge
+    it is extended from one side); NaN without MIN_PERIODS clean rows.
+    The trailing level: the mean of the HALF_WINDOW clean rows before (NaN without history); it
+    sees a level shift in full where the two-sided one, half in the shift, sees it only partly.
+    """
+    h = HALF_WINDOW
+    n = len(values)
+    i = np.arange(n)
+    x = (i - g0).astype(float)  # position in the run: small numbers keep the sums exact
+    cc = np.r_[0, np.cumsum(clean)]
+    keep = np.flatnonzero(clean)
+    xc, yc = x[keep], values[keep]
+    sums = [np.r_[0.0, np.cumsum(a)] for a in (np.ones(len(keep)), xc, xc * xc, yc, xc * yc)]
+    before, upto = cc[i], cc[i + 1]  # clean rows before i, and up to and including i
+    first, end = cc[g0], cc[g1]  # the run's clean rows, as ordinals
+    lo, hi = np.maximum(before - h, first), np.minimum(upto + h, end)
+    level = _line_from([s[hi] - s[lo] - (s[upto] - s[before]) for s in sums], x)
+    lo_t = np.maximum(before - h, first)
+    cnt = before - lo_t
+    with np.errstate(invalid="ignore", divide="ignore"):
+        trailing = np.where(cnt >= MIN_PERIODS, (sums[3][before] - sums[3][lo_t]) / cnt, np.nan)
+    return level, trailing
+
+
+def _noise_scale(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
+    """Noise level per run and channel from step-to-step differences, floored by SCALE_FLOOR.
+
+    Differences barely see level shifts and slow trends, so even a run that is half anomalous
+    gets its true noise; the median is over non-zero differences because a plain one collapses
+    to 0 when most values sit on one point (a score clipped at 1, three-decimal rounding).
+    """
+    diff = values.groupby(runs, sort=False).diff().abs()
+    spread = diff.where(diff > 1e-12).groupby(runs, sort=False).transform("median") * (1.4826 / np.sqrt(2))
     floor = pd.Series({c: SCALE_FLOOR[c] for c in values.columns})
-    scale = mad.clip(lower=floor, axis=1).fillna(floor)
-    return base, resid, resid / scale
+    return spread.clip(lower=floor, axis=1).fillna(floor)
+
+
+def _one_sided_medians(values: pd.DataFrame, runs: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Median of the HALF_WINDOW rows before and of the HALF_WINDOW rows after each row."""
+    def rolled(frame, keys):
+        out = frame.groupby(keys, sort=False).rolling(HALF_WINDOW, min_periods=MIN_PERIODS).median()
+        return out.reset_index(level=0, drop=True).reindex(values.index)
+
+    before = rolled(values, runs).groupby(runs, sort=False).shift(1)
+    after = rolled(values.iloc[::-1], runs.iloc[::-1]).groupby(runs, sort=False).shift(-1)
+    return before, after
+
+
+def _baseline(values: pd.DataFrame, runs: pd.Series):
+    """Baseline, residual and robust z of every channel against the run's own neighbourhood.
+
+    One-sided rolling medians first find the steps that jump away from what comes before or
+    after them; passes of the local level over the remaining (clean) steps then grow the set of
+    excluded steps, so neither an episode nor the current step is part of its own baseline.
+    """
+    scale = _noise_scale(values, runs)
+    before, after = _one_sided_medians(values, runs)
+    mask = ((values - before).abs() > MASK_Z * scale) | ((values - after).abs() > MASK_Z * scale)
+    mask |= values.isna()
+    g0, g1 = _group_bounds(runs)
+    x = values.to_numpy(dtype=float)
+    falling = [c for c in FALLING if c in values.columns]
+    finite = np.isfinite(x)
+    fallback = np.empty_like(x)
+    for j in range(x.shape[1]):
+        fallback[:, j] = _local_level(x[:, j], finite[:, j], g0, g1)[0]
+    for _ in range(PASSES):
+        clean = ~mask.to_numpy() & finite
+        two, trail = np.empty_like(x), np.empty_like(x)
+        for j in range(x.shape[1]):
+            two[:, j], trail[:, j] = _local_level(x[:, j], clean[:, j], g0, g1)
+        # where too much is masked to fit a line, the line through every step stands in
+        two = np.where(np.isnan(two), fallback, two)
+        resid_two = values - pd.DataFrame(two, index=values.index, columns=values.columns)
+        resid_trail = values - pd.DataFrame(trail, index=values.index, columns=values.columns)
+        z_two = resid_two / scale
+        z_trail = resid_trail / scale
+        use_trail = z_trail.abs() > z_two.abs()
+        # a collapse is a drop against the past: a falling channel is only as low as both
+        # baselines agree, and without history it is not low at all
+        z_trail0 = z_trail[falling].fillna(0.0)
+        use_trail[falling] = z_trail0 > z_two[falling]
+        z = z_two.mask(use_trail, z_trail)
+        z[falling] = np.maximum(z_two[falling], z_trail0)
+        resid = resid_two.mask(use_trail & z_trail.notna(), resid_trail)
+        # recomputed, not accumulated, so a step masked by a lagging first guess comes back
+        mask = (z_two.abs() > MASK_Z) | values.isna()
+    return values - resid, resid, z
 
 
 def _nonfinite_count(df: pd.DataFrame) -> pd.Series:
@@ -116,7 +227,7 @@ def _nonfinite_count(df: pd.DataFrame) -> pd.Series:
         x = df[c].astype(float)
         # a metric the run never logs is NaN everywhere: only NaN where the run has values counts
         logged = x.notna().groupby(df["run_id"], sort=False).transform("any")
-        count += ((~np.isfinite(x.fillna(0.0)) | (x.isna() & logged))).astype("int64")
+        count += (~np.isfinite(x.fillna(0.0)) | (x.isna() & logged)).astype("int64")
     if "has_nan" in df:
         count += df["has_nan"].fillna(False).astype(bool).astype("int64")
     return count
@@ -129,28 +240,31 @@ def build_features(
 
     Columns: `z_<channel>` (robust z against the run's trailing median, MAD scale, anomalous steps
     kept out of the baseline), `<channel>_ratio` (x / baseline for log channels), `d_<channel>`
-    (step-over-step change), `zs_<channel>` (3-step centred mean of z), `nonfinite`,
+    (step-over-step change, transformed units), `base_<channel>` (the baseline in the metric's
+    units), `zs_<channel>` (3-step centred mean of z), `nonfinite`,
     `mem_fraction`, `mem_headroom`, `pg_loss_jump10`, `reward_mean_drop`, `ppo_kl`, `d_ppo_kl`,
     `pg_clipfrac`, share deltas, `periodic` (a testing or checkpoint step), and `<phase>_vs_fleet`
     when `fleet_baseline` (index run_id, one column per phase: the config group's median) is given.
     """
     df = merge_steps(phases, health)
     runs = df["run_id"]
-    values = _transform(df)
+    values, typicals = _transform(df)
 
-    _, _, z1 = _robust_z(values, runs, None)
-    mask = z1.abs() > MASK_Z
-    mask |= mask.groupby(runs, sort=False).shift(1, fill_value=False)  # the step after a jump too
-    base, resid, z = _robust_z(values, runs, mask)
+    base, resid, z = _baseline(values, runs)
 
     out = pd.DataFrame({"run_id": runs, "step": df["step"].astype("int64")})
     for c in CHANNELS:
         out[f"z_{c}"] = z[c]
-        out[f"base_{c}"] = base[c]
+        if c in LOG_CHANNELS:
+            out[f"base_{c}"] = np.exp(base[c])
+        elif c in ASINH_CHANNELS:
+            out[f"base_{c}"] = np.sinh(base[c]) * typicals[c]
+        else:
+            out[f"base_{c}"] = base[c]
     for c in LOG_CHANNELS:
         out[f"{c}_ratio"] = np.exp(resid[c])
     for c in ("gen", "old_log_prob", "update_actor", "step_time", "ppo_kl", "grad_norm", "entropy",
-              "response_length_mean", "reward_mean", "mem_allocated_gb"):
+              "response_length_mean", "reward_mean", "mem_reserved_gb"):
         out[f"d_{c}"] = values[c].groupby(runs, sort=False).diff()
     zcols = [f"z_{c}" for c in CHANNELS]
     smooth = out[zcols].groupby(runs, sort=False).rolling(3, center=True, min_periods=1).mean()
@@ -162,8 +276,10 @@ def build_features(
     out["d_ppo_kl"] = out["ppo_kl"].groupby(runs, sort=False).diff()
     out["pg_clipfrac"] = df["pg_clipfrac"].astype(float) if "pg_clipfrac" in df else np.nan
     mem_fraction = df["mem_fraction"].astype(float) if "mem_fraction" in df else pd.Series(np.nan, index=df.index)
-    if "mem_total_gb" in df and "mem_allocated_gb" in df:
-        mem_fraction = mem_fraction.fillna(df["mem_allocated_gb"] / df["mem_total_gb"])
+    if "mem_total_gb" in df:
+        for used in ("mem_reserved_gb", "mem_allocated_gb"):
+            if used in df:
+                mem_fraction = mem_fraction.fillna(df[used] / df["mem_total_gb"])
     out["mem_fraction"] = mem_fraction
     out["mem_headroom"] = 1.0 - mem_fraction
     loss = df["pg_loss"].astype(float).abs() if "pg_loss" in df else pd.Series(np.nan, index=df.index)
@@ -193,14 +309,23 @@ def build_features(
     return out
 
 
-def fleet_baseline_of(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Median phase times of each config group, indexed by run_id (the fleet baseline)."""
+def group_medians(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Median phase times per config group (index: group key, plus '*' for the whole fleet)."""
     cols = [c for c in PHASE_TIMES + ("step_time",) if c in phases]
     per_run = phases.groupby("run_id")[cols].median()
-    groups = config_groups(runs, per_run.index)
-    per_run["group"] = groups
-    group_median = per_run.groupby("group")[cols].transform("median")
-    return group_median
+    per_run["group"] = config_groups(runs, per_run.index).to_numpy()
+    table = per_run.groupby("group")[cols].median()
+    table.loc["*"] = per_run[cols].median()
+    return table
+
+
+def fleet_baseline_for(run_ids, runs: pd.DataFrame | None, table: pd.DataFrame) -> pd.DataFrame:
+    """The fleet baseline of each run (index run_id): its config group's medians, else the fleet's."""
+    groups = config_groups(runs, run_ids)
+    keys = groups.where(groups.isin(table.index), "*")
+    baseline = table.reindex(keys.to_numpy())
+    baseline.index = groups.index
+    return baseline
 
 
 CONFIG_KEYS = (

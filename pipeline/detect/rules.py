@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import operator
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import tomllib
 
 KNOWLEDGE_DIR = Path(__file__).resolve().parent.parent / "knowledge"
 RULES_FILE = KNOWLEDGE_DIR / "rules.toml"
@@ -29,11 +29,18 @@ class Rule:
     weight: float
     seed: bool
     source: str
+    detector: bool = True
 
 
-def load_rules(path: str | Path | None = None) -> tuple[Rule, ...]:
-    """Rules from the TOML file (the packaged one by default), validated."""
-    return _load_rules(str(path or RULES_FILE))
+def load_rules(path: str | Path | None = None, seed_only: bool = False) -> tuple[Rule, ...]:
+    """The detector's rules from the TOML file (the packaged one by default), validated.
+
+    `seed_only` gives instead every literal seed-article threshold (the "seed thresholds" baseline).
+    """
+    rules = _load_rules(str(path or RULES_FILE))
+    if seed_only:
+        return tuple(r for r in rules if r.seed)
+    return tuple(r for r in rules if r.detector)
 
 
 @cache
@@ -50,7 +57,7 @@ def _load_rules(path: str) -> tuple[Rule, ...]:
             raise ValueError(f"rule {raw['name']}: mode must be 'flag' or 'attribute'")
         rules.append(
             Rule(raw["name"], raw["class"], when, raw["mode"], float(raw.get("weight", 1.0)),
-                 bool(raw.get("seed", False)), raw.get("source", ""))
+                 bool(raw.get("seed", False)), raw.get("source", ""), bool(raw.get("detector", True)))
         )
     return tuple(rules)
 
@@ -58,9 +65,7 @@ def _load_rules(path: str) -> tuple[Rule, ...]:
 def _condition_strength(x: np.ndarray, op: str, value: float) -> np.ndarray:
     """How far past the threshold x is, as a ratio (>= 1 when the condition holds)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        if op in (">", ">=") and value > 0:
-            s = x / value
-        elif op in ("<", "<=") and value < 0:
+        if op in (">", ">=") and value > 0 or op in ("<", "<=") and value < 0:
             s = x / value
         elif op in ("<", "<=") and value > 0:
             s = value / np.where(x > 0, x, np.nan)

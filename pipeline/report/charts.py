@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 MAX_POINTS = 1200
 DPI = 100
@@ -64,9 +65,10 @@ class Chart:
         return "data:image/png;base64," + base64.b64encode(self.png).decode("ascii")
 
 
-def _finish(fig, name: str, alt: str) -> Chart:
+def _finish(fig, name: str, alt: str, tight: bool = True) -> Chart:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
+    # A tight bounding box measures every label again; figures laid out by hand skip it (it is most of the cost).
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight" if tight else None, facecolor="white")
     plt.close(fig)
     return Chart(name=name, alt=alt, png=buf.getvalue())
 
@@ -141,6 +143,21 @@ def health_chart(
     anomaly_steps: np.ndarray,
 ) -> Chart | None:
     """Small multiples of training curves; every anomaly episode is shaded and every anomalous step ticked."""
+    fig = health_figure(steps, panels, episodes, anomaly_steps)
+    if fig is None:
+        return None
+    titles = ", ".join(ax.get_title(loc="left") for ax in fig.axes if ax.get_title(loc="left"))
+    alt = f"Training curves: {titles}; {len(episodes)} anomaly episode(s) shaded red"
+    return _finish(fig, "health", alt, tight=False)
+
+
+def health_figure(
+    steps: np.ndarray,
+    panels: list[Panel],
+    episodes: Sequence[tuple[int, int, str]],
+    anomaly_steps: np.ndarray,
+):
+    """The figure behind `health_chart` (curves thinned, episodes and anomalous steps all drawn)."""
     panels = [p for p in panels if any(np.isfinite(v).any() for _, v in p.lines + (p.right or []))]
     if not panels or len(steps) == 0:
         return None
@@ -148,21 +165,23 @@ def health_chart(
     rows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(10, 2.5 * rows), sharex=True, squeeze=False)
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
+    # An episode of a few steps in a long run would be narrower than a pixel: give its shading a minimum width.
+    pad = max(0.5, 0.002 * float(np.nanmax(steps) - np.nanmin(steps)))
     for ax, panel in zip(axes.flat, panels, strict=False):
         for (first, last, _cls) in episodes:
-            ax.axvspan(first - 0.5, last + 0.5, color=EPISODE_COLOR, alpha=0.16, linewidth=0)
+            ax.axvspan(first - pad, last + pad, color=EPISODE_COLOR, alpha=0.18, linewidth=0)
         for i, (label, y) in enumerate(panel.lines):
             xs, ys = minmax_downsample(steps, y)
             ax.plot(xs, ys, color=palette[i % len(palette)], linewidth=1.0, label=label)
-        if panel.log:
-            ax.set_yscale("symlog", linthresh=1e-3)
+        if panel.log and _wide_range([v for _, v in panel.lines]):
+            ax.set_yscale("log")
         if panel.right:
             twin = ax.twinx()
             twin.grid(False)
             twin.spines["right"].set_visible(True)
             for label, y in panel.right:
                 xs, ys = minmax_downsample(steps, y)
-                twin.plot(xs, ys, color="#7f7f7f", linewidth=0.9, linestyle="--", label=label)
+                twin.plot(xs, ys, color="#6b7280", linewidth=0.7, alpha=0.7, label=label)
             twin.set_ylabel(panel.right[0][0], fontsize=8)
         if len(anomaly_steps):
             ax.plot(
@@ -175,20 +194,30 @@ def health_chart(
                 clip_on=False,
             )
         ax.set_title(panel.title, loc="left")
+        if ax is axes.flat[0] and len(episodes) <= 12:
+            for first, _last, cls in episodes:
+                ax.text(first, 0.97, cls, transform=ax.get_xaxis_transform(), fontsize=7, color=EPISODE_COLOR,
+                        va="top", ha="left", rotation=90)
         if len(panel.lines) > 1 or panel.right:
             handles, labels = ax.get_legend_handles_labels()
             if panel.right:
                 h2, l2 = twin.get_legend_handles_labels()
                 handles, labels = handles + h2, labels + l2
-            ax.legend(handles, labels, fontsize=7, loc="best", frameon=False)
+            ax.legend(handles, labels, fontsize=7, loc="best", frameon=True, framealpha=0.85, edgecolor="none")
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("step")
-    fig.tight_layout()
-    n_ep = len(episodes)
-    alt = f"Training curves: {', '.join(p.title for p in panels)}; {n_ep} anomaly episode(s) shaded red"
-    return _finish(fig, "health", alt)
+    height = 2.5 * rows
+    fig.subplots_adjust(left=0.07, right=0.93, top=1 - 0.3 / height, bottom=0.5 / height, hspace=0.45, wspace=0.3)
+    return fig
+
+
+def _wide_range(values: list[np.ndarray]) -> bool:
+    """True when positive values span more than two decades, so a log axis reads better."""
+    v = np.concatenate(values)
+    v = v[np.isfinite(v) & (v > 0)]
+    return len(v) > 0 and bool(v.max() / max(np.median(v), 1e-12) > 100)
 
 
 def failure_bars(counts: dict[str, int]) -> Chart | None:
@@ -201,6 +230,7 @@ def failure_bars(counts: dict[str, int]) -> Chart | None:
     ax.barh([k for k, _ in items], [v for _, v in items], color=colors)
     for i, (_, v) in enumerate(items):
         ax.text(v, i, f" {v}", va="center", fontsize=8)
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.set_title("Runs by outcome", loc="left")
     ax.grid(axis="y", visible=False)
     ax.margins(x=0.12)
@@ -222,7 +252,7 @@ def share_bars(groups: list[tuple[str, dict[str, float]]]) -> Chart | None:
         left += vals
     ax.set_xlim(0, max(1.0, float(left.max())))
     ax.invert_yaxis()
-    ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax.xaxis.set_major_formatter(ticker.PercentFormatter(1.0))
     ax.grid(axis="y", visible=False)
     ax.set_title("Share of step time by phase, per config group", loc="left")
     ax.legend(ncol=min(len(phases), 6), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.5 / len(groups) - 0.08),
@@ -238,9 +268,10 @@ def weekly_chart(weeks: list[tuple[str, int, int, float | None]]) -> Chart | Non
     ok = np.array([w[1] - w[2] for w in weeks])
     bad = np.array([w[2] for w in weeks])
     fig, ax = plt.subplots(figsize=(9.6, 2.8))
-    ax.bar(labels, ok, color=OK_COLOR, label="completed / hung-free")
+    ax.bar(labels, ok, color=OK_COLOR, label="fine")
     ax.bar(labels, bad, bottom=ok, color=FAIL_COLOR, label="failed or hung")
     ax.set_ylabel("runs")
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     med = [w[3] if w[3] is not None else np.nan for w in weeks]
     if np.isfinite(med).any():
         twin = ax.twinx()

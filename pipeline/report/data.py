@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -79,10 +81,11 @@ MAX_ERROR_EVENTS = 12
 
 def columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
     """Columns of a warehouse view, or [] if the table is not in the warehouse."""
-    try:
-        return [d[0] for d in con.execute(f"select * from {table} limit 0").description]
-    except duckdb.CatalogException:
-        return []
+    found = con.execute(
+        "select column_name from duckdb_columns() where table_name = $table order by column_index",
+        {"table": table},
+    ).fetchall()
+    return [name for (name,) in found]
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
@@ -114,6 +117,86 @@ def _clean(value: Any) -> Any:
     return value
 
 
+FIXES_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "fixes.json"
+
+
+@functools.cache
+def _fixes() -> dict[str, Any]:
+    with open(FIXES_FILE, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _advice_lookup():
+    """`advice_for(kind, cls)` over the fixes knowledge base, or None while it is not there.
+
+    Reads the JSON behind `pipeline.detect.advice_for` directly: importing the detect package
+    pulls in scikit-learn, which costs seconds per report process.
+    """
+    if not FIXES_FILE.is_file():
+        return None
+    return lambda kind, cls: _fixes().get(kind, {}).get(cls)
+
+
+@dataclass
+class Advice:
+    """What the fixes knowledge base says about a class, plus free-text advice a table row carries."""
+
+    summary: str = ""
+    causes: list[str] = field(default_factory=list)
+    changes: list[dict[str, str]] = field(default_factory=list)
+    source: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.summary or self.causes or self.changes or self.notes)
+
+    @property
+    def first_change(self) -> str:
+        """The first thing to try, in one line: a configuration change, else the summary or a note."""
+        for c in self.changes:
+            if c.get("key") not in (None, "", "-"):
+                return f"{c['key']} → {c.get('to', '')}"
+        return self.summary or (self.notes[0] if self.notes else "")
+
+
+def advice_entry(kind: str, cls: str | None, given: Any = None) -> Advice:
+    """Advice for a 'failure' or 'anomaly' class from the fixes knowledge base; `given` is a row's own advice.
+
+    Degrades to the row's advice, or to nothing, when the knowledge base is not installed.
+    """
+    notes = _as_lines(given)
+    lookup = _advice_lookup() if cls else None
+    entry: Any = None
+    if lookup is not None:
+        try:
+            entry = lookup(f"{kind}_class", cls)
+        except (LookupError, ValueError, OSError):
+            entry = None
+    if isinstance(entry, dict):
+        changes = [
+            {k: str(v) for k, v in c.items()} if isinstance(c, dict) else {"key": str(c), "to": "", "why": ""}
+            for c in entry.get("changes") or []
+        ]
+        return Advice(
+            summary=str(entry.get("summary") or ""),
+            causes=[str(c) for c in entry.get("causes") or []],
+            changes=changes,
+            source=[str(x) for x in entry.get("source") or []],
+            notes=[n for n in notes if not n.startswith("Try: ")] if changes else notes,
+        )
+    return Advice(notes=notes + _as_lines(entry))
+
+
+def _as_lines(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, list | tuple):
+        return [line for item in value for line in _as_lines(item)]
+    return [str(value)]
+
+
 @dataclass
 class Episode:
     """A run of consecutive anomalous steps with one explanation."""
@@ -124,7 +207,7 @@ class Episode:
     last_step: int
     n_steps: int
     explanation: str
-    advice: list[str]
+    advice: Advice
 
 
 @dataclass
@@ -148,47 +231,7 @@ class RunReportData:
     episodes: list[Episode]
     baseline: list[dict[str, Any]]
     earlier_runs: list[dict[str, Any]]
-    failure_advice: list[str] = field(default_factory=list)
-
-
-def _advice_lookup():
-    try:
-        from pipeline.detect import advice_for
-    except ImportError:
-        return None
-    return advice_for
-
-
-def advice_list(kind: str, cls: str | None, given: Any = None) -> list[str]:
-    """Advice lines for a failure or anomaly class: the row's own advice first, else the fixes knowledge base."""
-    items = _as_lines(given)
-    if items or not cls:
-        return items
-    lookup = _advice_lookup()
-    if lookup is None:
-        return []
-    try:
-        return _as_lines(lookup(kind, cls))
-    except (KeyError, LookupError, ValueError):
-        return []
-
-
-def _as_lines(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value] if value.strip() else []
-    if isinstance(value, dict):
-        for key in ("advice", "fixes", "fix", "text", "steps"):
-            if key in value:
-                return _as_lines(value[key])
-        return [f"{k}: {v}" for k, v in value.items() if isinstance(v, str)]
-    if isinstance(value, list | tuple):
-        out = []
-        for item in value:
-            out.extend(_as_lines(item))
-        return out
-    return [str(value)]
+    failure_advice: Advice = field(default_factory=Advice)
 
 
 def _one(con, table: str, run_id: str) -> dict[str, Any]:
@@ -236,7 +279,7 @@ def _episodes(con, run_id: str) -> tuple[np.ndarray, list[Episode]]:
                 last_step=int(last if last is not None else g[-1]["step"]),
                 n_steps=len(g),
                 explanation=explanation,
-                advice=advice_list("anomaly", cls, next((r.get("advice") for r in g if r.get("advice")), None)),
+                advice=advice_entry("anomaly", cls, next((r.get("advice") for r in g if r.get("advice")), None)),
             )
         )
     return steps, episodes
@@ -304,10 +347,12 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
 
         error_events = []
         if columns(con, "run_events"):
+            # The last events are the ones next to the failure; show them in log order.
             error_events = rows(
                 con,
-                "select * exclude (run_id) from run_events where run_id = $run_id "
-                "order by coalesce(segment, 0), file, line_no limit $n",
+                "select * from (select * exclude (run_id) from run_events where run_id = $run_id "
+                "order by coalesce(segment, 0) desc, file desc, line_no desc limit $n) "
+                "order by coalesce(segment, 0), file, line_no",
                 {"run_id": run_id, "n": MAX_ERROR_EVENTS},
             )
         findings = []
@@ -344,7 +389,7 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
             episodes=episodes,
             baseline=baseline,
             earlier_runs=earlier,
-            failure_advice=advice_list("failure", merged.get("failure_class")),
+            failure_advice=advice_entry("failure", merged.get("failure_class")),
         )
     finally:
         con.close()
@@ -417,23 +462,18 @@ class FleetReportData:
     day: date
     runs: list[FleetRun]
     baselines: dict[str, list[dict[str, Any]]]
+    groups: list[dict[str, Any]] = field(default_factory=list)
 
 
 def config_group(row: dict[str, Any]) -> str:
-    """A readable key for runs that share model, engine, scale and batch shape."""
+    """The config group of a run as `run_baselines` names it: model | engine | GPUs | rollout n."""
     if row.get("config_group"):
         return str(row["config_group"])
-    model = str(row.get("model_path") or "?").rstrip("/").rsplit("/", 1)[-1]
-    gpus = (row.get("nnodes") or 1) * (row.get("n_gpus_per_node") or 0) or "?"
-    parts = [
-        model,
-        str(row.get("rollout_engine") or "?"),
-        f"{gpus} GPU",
-        f"bs {row.get('train_batch_size') or '?'}",
-        f"n {row.get('rollout_n') or '?'}",
-        f"len {row.get('max_response_length') or '?'}",
-    ]
-    return " · ".join(parts)
+    gpus = (row.get("n_gpus_per_node") or 1) * (row.get("nnodes") or 1)
+    return " | ".join(
+        (str(row.get("model_path") or "?"), str(row.get("rollout_engine") or "?"), f"{gpus} GPUs",
+         f"n={row.get('rollout_n') or 1}")
+    )
 
 
 def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
@@ -467,6 +507,9 @@ def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
         if columns(con, "run_baselines"):
             for r in rows(con, "select * from run_baselines"):
                 baselines.setdefault(r["run_id"], []).append(r)
+        groups = []
+        if columns(con, "fleet_config_groups"):
+            groups = [{k: _clean(v) for k, v in r.items()} for r in rows(con, "select * from fleet_config_groups")]
     finally:
         con.close()
 
@@ -482,6 +525,7 @@ def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
         if ended is not None and ended >= cutoff:
             continue
         a = anomalies.get(r["run_id"], {})
+        base = (baselines.get(r["run_id"]) or [{}])[0]
         runs.append(
             FleetRun(
                 run_id=r["run_id"],
@@ -492,7 +536,7 @@ def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
                 median_step_s=_clean(r.get("median_step_s")),
                 bottleneck_phase=r.get("bottleneck_phase"),
                 experiment=str(r.get("experiment_name") or ""),
-                config_group=config_group(r),
+                config_group=config_group({**r, **base}),
                 ended_at=ended,
                 episodes=int(a.get("episodes") or 0),
                 anomalous_steps=int(a.get("steps") or 0),
@@ -503,13 +547,28 @@ def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
                     for p in (*STEP_PHASES, "other")
                     if _clean(r.get(f"share_{p}")) is not None
                 },
+                regression=_baseline_regression(base),
             )
         )
-    _mark_regressions(runs)
-    return FleetReportData(day=day, runs=runs, baselines=baselines)
+    if not baselines:
+        _mark_regressions(runs)
+    return FleetReportData(day=day, runs=runs, baselines=baselines, groups=groups)
 
 
 REGRESSION_RATIO = 1.25
+MIN_PRIOR_RUNS = 2
+
+
+def _baseline_regression(base: dict[str, Any]) -> str:
+    """The `run_baselines` verdict: slower per step than earlier runs of its config group or experiment."""
+    for scope, label in (("group", "config group"), ("exp", "experiment")):
+        ratio = _clean(base.get(f"{scope}_step_ratio"))
+        prior = base.get(f"{scope}_prior_runs") or 0
+        if ratio is not None and prior >= MIN_PRIOR_RUNS and ratio > REGRESSION_RATIO:
+            before = _clean(base.get(f"{scope}_median_step_s"))
+            median = f" vs {before:.1f} s" if before is not None else ""
+            return f"step time ×{ratio:.2f}{median} over {prior} earlier runs of its {label}"
+    return ""
 
 
 def _mark_regressions(runs: list[FleetRun]) -> None:
@@ -517,7 +576,7 @@ def _mark_regressions(runs: list[FleetRun]) -> None:
     by_group: dict[str, list[FleetRun]] = {}
     for run in sorted(runs, key=lambda r: (r.ended_at or datetime.min, r.run_id)):
         earlier = [x.median_step_s for x in by_group.get(run.config_group, []) if x.median_step_s]
-        if run.median_step_s and len(earlier) >= 2:
+        if run.median_step_s and len(earlier) >= MIN_PRIOR_RUNS:
             base = statistics.median(earlier)
             if base > 0 and run.median_step_s > REGRESSION_RATIO * base:
                 run.regression = f"step time {run.median_step_s:.1f} s vs {base:.1f} s before (×{run.median_step_s / base:.2f})"

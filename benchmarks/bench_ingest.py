@@ -1,0 +1,215 @@
+"""Ingest benchmark: our ingest side by side with a hand-written baseline and raw reads of the same bytes.
+
+Builds (once, cached) a fleet of plain-text runs of at least `--total-gb` of log text, one of them a
+single run of at least `--big-gb`: runs written by the simulator (`pipeline.simulate`), or, without it,
+the real logs in ../shared/real-logs, tiled with their step numbers shifted so they keep counting up.
+Then measures, each in its own subprocess (wall time, CPU time, peak RSS):
+
+- ours: `discover_runs` + `ingest_run` into a fresh warehouse;
+- baseline: `baseline_handwritten.py` (Python `re` per line -> pandas -> CSV), on the runs up to
+  `--baseline-mb` of text (it needs several times its input in memory), compared by throughput;
+- `wc -l` and DuckDB `read_csv` of the lines (raw read speed).
+
+Usage: python benchmarks/bench_ingest.py [--cache DIR] [--total-gb 2] [--big-gb 1] [--baseline-mb 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REAL_LOGS = REPO.parent / "shared" / "real-logs"
+STEP_NUM = re.compile(rb"(step:|training/global_step:|\"step\":)(\d+)")
+PY = sys.executable
+
+
+def _shift_steps(body: bytes, offset: int) -> bytes:
+    return STEP_NUM.sub(lambda m: m.group(1) + str(int(m.group(2)) + offset).encode(), body)
+
+
+def _tile(src: bytes, target: int, out: Path) -> int:
+    """Write `src`'s start-up once, then its body again and again with shifted steps, up to `target` bytes."""
+    first = src.find(b"step:")
+    cut = src.rfind(b"\n", 0, first) + 1 if first > 0 else 0
+    head, body = src[:cut], src[cut:]
+    if not body.endswith(b"\n"):
+        body += b"\n"
+    steps = [int(n) for _, n in STEP_NUM.findall(body)] or [0]
+    span = max(steps) + 1
+    written = 0
+    with open(out, "wb") as fh:
+        fh.write(head)
+        written += len(head)
+        k = 0
+        while written < target:
+            piece = _shift_steps(body, k * span) if k else body
+            fh.write(piece)
+            written += len(piece)
+            k += 1
+    return written
+
+
+def _sources(scratch: Path) -> list[bytes]:
+    """Log texts to tile: simulated train logs when the simulator exists, else the real logs."""
+    try:
+        from pipeline.simulate import simulate_fleet
+    except ImportError:
+        simulate_fleet = None
+    if simulate_fleet is not None:
+        labels = simulate_fleet(scratch, runs=16, seed=20261129, steps_scale=2.0)["runs"]
+        texts = []
+        for entry in sorted((scratch / "archive").iterdir()):
+            texts.extend(_entry_logs(entry))
+        completed = [r for r, lab in labels.items() if lab["failure_class"] == "completed"]
+        if texts and completed:
+            return sorted(texts, key=len, reverse=True)
+    return [p.read_bytes() for p in sorted(REAL_LOGS.glob("*.log")) if b"step:" in p.read_bytes()]
+
+
+def _entry_logs(entry: Path) -> list[bytes]:
+    import gzip
+    import tarfile
+
+    if entry.is_dir():
+        return [p.read_bytes() for p in sorted(entry.rglob("*.log"))]
+    if entry.name.endswith(".tar.gz"):
+        with tarfile.open(entry) as tar:
+            return [tar.extractfile(m).read() for m in tar.getmembers() if m.isfile() and m.name.endswith(".log")]
+    with gzip.open(entry) as fh:
+        return [fh.read()]
+
+
+def build_fleet(cache: Path, total_gb: float, big_gb: float) -> Path:
+    """The cached benchmark archive (plain folders, one `train.log` each)."""
+    archive = cache / f"fleet-{total_gb:g}gb-{big_gb:g}gb"
+    if (archive / "manifest.json").exists():
+        return archive
+    shutil.rmtree(archive, ignore_errors=True)
+    archive.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(dir=cache) as scratch:
+        sources = _sources(Path(scratch))
+    sizes = {}
+    big = archive / "big-run-000"
+    big.mkdir()
+    sizes[big.name] = _tile(sources[0], int(big_gb * 1e9), big / "train.log")
+    i = 0
+    while sum(sizes.values()) < total_gb * 1e9:
+        i += 1
+        run = archive / f"run-{i:03d}"
+        run.mkdir()
+        target = min(150_000_000, int(total_gb * 1e9 - sum(sizes.values())) + 1)
+        sizes[run.name] = _tile(sources[i % len(sources)], target, run / "train.log")
+    (archive / "manifest.json").write_text(json.dumps(sizes, indent=1))
+    return archive
+
+
+def measure(cmd: list[str]) -> dict:
+    """Run `cmd`; its wall time, CPU time and peak RSS (MB)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    out = proc.stdout.read().decode()
+    err = proc.stderr.read().decode()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{cmd[:3]} failed: {err[-2000:]}")
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024, "out": out}
+
+
+OURS = """
+import sys, time
+from pathlib import Path
+from pipeline.ingest import discover_runs, ingest_run
+root, wh, only = Path(sys.argv[1]), sys.argv[2], set(sys.argv[3:])
+lines = 0
+for e in discover_runs(root, quiet_period_s=0).entries:
+    if not only or e.run_id in only:
+        r = ingest_run(e, wh)
+        lines += r.n_lines
+print(lines)
+"""
+DUCKDB = """
+import sys, duckdb
+files = sys.argv[1:]
+con = duckdb.connect()
+n = con.execute("select count(*) from read_csv($f, columns={'line': 'VARCHAR'}, header=false, delim='\\x01', "
+                "quote='', escape='', auto_detect=false, strict_mode=false)", {"f": files}).fetchone()[0]
+print(n)
+"""
+
+
+def _row(name: str, m: dict, n_bytes: int, n_lines: int) -> dict:
+    return {
+        "tool": name,
+        "wall_s": m["wall"],
+        "cpu_s": m["cpu"],
+        "mb_s": n_bytes / 1e6 / m["wall"],
+        "lines_s": n_lines / m["wall"],
+        "rss_mb": m["rss_mb"],
+    }
+
+
+def run_scenario(title: str, archive: Path, runs: list[str], baseline_runs: list[str], scratch: Path) -> list[dict]:
+    """Measure every tool on `runs` (the baseline on `baseline_runs`); print a markdown table."""
+    files = [str(archive / r / "train.log") for r in runs]
+    n_bytes = sum(os.path.getsize(f) for f in files)
+    wc = measure(["wc", "-l", *files])
+    n_lines = int(wc["out"].strip().splitlines()[-1].split()[0])
+    rows = [_row("wc -l", wc, n_bytes, n_lines)]
+    duck = measure([PY, "-c", DUCKDB, *files])
+    rows.append(_row("DuckDB read_csv (lines)", duck, n_bytes, int(duck["out"])))
+    wh = scratch / f"wh-{title.split()[0]}"
+    shutil.rmtree(wh, ignore_errors=True)
+    ours = measure([PY, "-c", OURS, str(archive), str(wh), *runs])
+    rows.append(_row("verl-health ingest", ours, n_bytes, int(ours["out"])))
+    if baseline_runs:
+        bfiles = [str(archive / r / "train.log") for r in baseline_runs]
+        b_bytes = sum(os.path.getsize(f) for f in bfiles)
+        b_lines = sum(1 for f in bfiles for _ in open(f, "rb"))
+        base = measure([PY, str(REPO / "benchmarks" / "baseline_handwritten.py"), str(scratch / "csv"), *bfiles])
+        rows.append(_row(f"hand-written baseline ({b_bytes / 1e6:.0f} MB)", base, b_bytes, b_lines))
+    print(f"\n### {title}: {len(runs)} run(s), {n_bytes / 1e9:.2f} GB, {n_lines:,} lines\n")
+    print("| tool | wall s | CPU s | MB/s | lines/s | peak RSS MB |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['tool']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['mb_s']:.0f} | {r['lines_s']:,.0f} | {r['rss_mb']:.0f} |")
+    ours_row = rows[2]
+    print(f"\nDuckDB read_csv is {ours_row['wall_s'] / rows[1]['wall_s']:.1f}x faster than our ingest (target: <= 3x).")
+    if baseline_runs:
+        print(f"Our ingest is {ours_row['mb_s'] / rows[3]['mb_s']:.1f}x the hand-written baseline's MB/s (target: >= 10x).")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "verl-health-bench")
+    parser.add_argument("--total-gb", type=float, default=2.0)
+    parser.add_argument("--big-gb", type=float, default=1.0)
+    parser.add_argument("--baseline-mb", type=float, default=300.0)
+    args = parser.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    archive = build_fleet(args.cache, args.total_gb, args.big_gb)
+    sizes = json.loads((archive / "manifest.json").read_text())
+    runs = sorted(sizes)
+    small = sorted((r for r in runs if r != "big-run-000"), key=lambda r: sizes[r])
+    baseline_runs, total = [], 0
+    for r in small:
+        if total + sizes[r] <= args.baseline_mb * 1e6:
+            baseline_runs.append(r)
+            total += sizes[r]
+    with tempfile.TemporaryDirectory(dir=args.cache) as scratch:
+        run_scenario("Single run", archive, ["big-run-000"], [], Path(scratch))
+        run_scenario("Whole fleet", archive, runs, baseline_runs, Path(scratch))
+
+
+if __name__ == "__main__":
+    main()

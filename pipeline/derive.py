@@ -1,0 +1,152 @@
+"""Derive layer: runs `sql/<table>.sql` in DuckDB over the lake and writes the derived tables.
+
+Per-run tables are restricted to the requested runs through a bound `$run_ids` parameter and written
+as hive partitions; fleet tables are recomputed whole. No value is ever formatted into SQL text.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+from pipeline import lake
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+# In dependency order: run_summary reads step_phases, step_health and run_events.
+RUN_TABLES = ("step_phases", "step_health", "run_events", "run_summary", "config_findings")
+FLEET_TABLES = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
+
+# Columns the SQL reads from a table, so a warehouse lacking that table (a run with no step lines
+# at all, say) still derives: the table is stood in by an empty relation of this shape.
+_EMPTY_SHAPES = {
+    "runs": (
+        "run_id varchar, source_path varchar, n_lines bigint, n_segments integer, n_metric_values bigint,"
+        " n_parse_failures bigint, first_ts timestamp, last_ts timestamp, mtime timestamp,"
+        " ingested_at timestamp, project_name varchar, experiment_name varchar, model_path varchar,"
+        " rollout_engine varchar, n_gpus_per_node bigint, nnodes bigint, rollout_n bigint,"
+        " rollout_tp bigint, train_batch_size bigint, ppo_mini_batch_size bigint,"
+        " ppo_micro_batch_size_per_gpu bigint, total_training_steps bigint,"
+        " gpu_memory_utilization double, config_json varchar"
+    ),
+    "log_lines": (
+        "run_id varchar, file varchar, line_no bigint, text varchar, kind varchar, component varchar,"
+        " pid bigint, segment integer, step bigint, phase_hint varchar, ts timestamp"
+    ),
+    "step_metrics": (
+        "run_id varchar, step bigint, key varchar, value double, source varchar, segment integer,"
+        " file varchar, line_no bigint"
+    ),
+}
+
+
+def sql_text(name: str) -> str:
+    """The text of `sql/<name>.sql`, read now so an edited file takes effect on the next run."""
+    return (SQL_DIR / f"{name}.sql").read_text()
+
+
+def _connect(warehouse: str | Path) -> duckdb.DuckDBPyConnection:
+    con = lake.connect(warehouse)
+    con.execute("set enable_progress_bar = false")
+    present = {r[0] for r in con.execute("select view_name from duckdb_views() where temporary").fetchall()}
+    for table, shape in _EMPTY_SHAPES.items():
+        if table not in present:
+            con.execute(f"create temp table {table} ({shape})")
+    return con
+
+
+def _refresh_view(con: duckdb.DuckDBPyConnection, warehouse: str | Path, table: str) -> None:
+    """Point the view of `table` at what is on disk now (it may have been written by this process)."""
+    src = lake.table_source(warehouse, table)
+    if src is not None:
+        con.execute(f"create or replace temp view {table} as select * from {src}")
+
+
+def _run_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str, run_ids: list[str]) -> int:
+    """Replace the partitions of `run_ids` with the query's rows; a run without rows gets an empty partition.
+
+    DuckDB writes every run's partition in one pass into a staging folder; each is then renamed into
+    place, so readers see a run's old or new rows, never a mix.
+    """
+    run_ids = [lake.check_run_id(r) for r in run_ids]
+    staging = lake.table_dir(warehouse, name) / f".staging-{uuid.uuid4().hex}"
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        rel = con.sql(sql_text(name), params={"run_ids": run_ids})
+        rel.write_parquet(str(staging), partition_by=["run_id"], compression="zstd",
+                          filename_pattern="part-{i}")
+        files = {p.parent.name.split("=", 1)[1]: p for p in staging.glob("run_id=*/*.parquet")}
+        if files:
+            schema = pq.read_schema(next(iter(files.values())))
+        else:
+            schema = rel.limit(0).to_arrow_table().drop_columns(["run_id"]).schema
+        rows = 0
+        for rid in run_ids:
+            part = staging / f"run_id={rid}"
+            if rid in files:
+                rows += pq.ParquetFile(files[rid]).metadata.num_rows
+            else:
+                part.mkdir(parents=True)
+                pq.write_table(schema.empty_table(), part / "part-0.parquet", compression="zstd")
+            lake._swap_into_place(part, lake.run_partition_dir(warehouse, name, rid))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    _refresh_view(con, warehouse, name)
+    return rows
+
+
+def derive_run_table(warehouse: str | Path, name: str, run_ids: Iterable[str]) -> int:
+    """Derive one per-run table for `run_ids` (replacing their partitions); returns the rows written."""
+    if name not in RUN_TABLES:
+        raise ValueError(f"{name} is not a per-run derived table ({', '.join(RUN_TABLES)})")
+    run_ids = list(run_ids)
+    con = _connect(warehouse)
+    try:
+        return _run_table(con, warehouse, name, run_ids)
+    finally:
+        con.close()
+
+
+def derive_run_tables(warehouse: str | Path, run_ids: Iterable[str]) -> dict[str, int]:
+    """Derive every per-run table for `run_ids` in dependency order; returns rows written per table."""
+    run_ids = list(run_ids)
+    con = _connect(warehouse)
+    try:
+        counts = {name: _run_table(con, warehouse, name, run_ids) for name in RUN_TABLES}
+    finally:
+        con.close()
+    lake.refresh_catalog(warehouse)
+    return counts
+
+
+def _fleet_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str) -> int:
+    data = con.sql(sql_text(name)).to_arrow_table()
+    lake.write_fleet_table(warehouse, name, data)
+    return data.num_rows
+
+
+def derive_fleet_table(warehouse: str | Path, name: str) -> int:
+    """Recompute one fleet table from the per-run tables; returns its row count."""
+    if name not in FLEET_TABLES:
+        raise ValueError(f"{name} is not a fleet table ({', '.join(FLEET_TABLES)})")
+    con = _connect(warehouse)
+    try:
+        return _fleet_table(con, warehouse, name)
+    finally:
+        con.close()
+
+
+def derive_fleet_tables(warehouse: str | Path) -> dict[str, int]:
+    """Recompute every fleet table; returns rows written per table."""
+    con = _connect(warehouse)
+    try:
+        counts = {name: _fleet_table(con, warehouse, name) for name in FLEET_TABLES}
+    finally:
+        con.close()
+    lake.refresh_catalog(warehouse)
+    return counts

@@ -1,0 +1,38 @@
+"""Detect layer: features, rules, the isolation forest, explanations, advice and evaluation."""
+
+from pipeline.detect.evaluate import add_evaluate_arguments, evaluate, run_evaluate
+from pipeline.detect.explain import advice_for, advice_text, episodes
+from pipeline.detect.features import build_features
+from pipeline.detect.model import (
+    AnomalyModelConfig,
+    FittedModel,
+    ModelInfo,
+    decide,
+    fit_anomaly_model,
+    fit_model,
+    load_model,
+    score_frame,
+    score_runs,
+)
+from pipeline.detect.rules import apply_rules, load_rules
+
+__all__ = [
+    "AnomalyModelConfig",
+    "add_evaluate_arguments",
+    "evaluate",
+    "run_evaluate",
+    "FittedModel",
+    "ModelInfo",
+    "advice_for",
+    "advice_text",
+    "apply_rules",
+    "build_features",
+    "decide",
+    "episodes",
+    "fit_anomaly_model",
+    "fit_model",
+    "load_model",
+    "load_rules",
+    "score_frame",
+    "score_runs",
+]

@@ -1,0 +1,125 @@
+"""Explanations of flagged steps, episodes of consecutive flags, and advice from the fixes knowledge base."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import numpy as np
+import pandas as pd
+
+from pipeline.detect.features import ASINH_CHANNELS, LINEAR_CHANNELS, LOG_CHANNELS
+from pipeline.detect.rules import KNOWLEDGE_DIR
+
+FIXES_FILE = KNOWLEDGE_DIR / "fixes.json"
+KINDS = ("anomaly_class", "failure_class")
+
+# Channels an explanation may cite; memory share and clip fraction read better as absolute values.
+EXPLAIN_CHANNELS = LOG_CHANNELS + ASINH_CHANNELS + ("reward_mean",)
+
+
+@cache
+def _fixes() -> dict:
+    with open(FIXES_FILE, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def advice_for(kind: str, cls: str) -> dict:
+    """The knowledge-base entry for an anomaly_class or failure_class: summary, causes, changes, source.
+
+    `kind` is "anomaly_class" or "failure_class"; an unknown class gets an empty entry.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    entry = _fixes()[kind].get(cls)
+    if entry is None:
+        return {"summary": "", "causes": [], "changes": [], "source": []}
+    return entry
+
+
+def advice_text(kind: str, cls: str, max_changes: int = 3) -> str:
+    """One line of advice: the first configuration changes to try and the article sections behind them."""
+    entry = advice_for(kind, cls)
+    changes = [f"{c['key']} -> {c['to']}" for c in entry["changes"][:max_changes] if c["key"] != "-"]
+    if not changes:
+        return entry["summary"]
+    source = f" (seeds {', '.join(entry['source'])})" if entry["source"] else ""
+    return "Try: " + "; ".join(changes) + source
+
+
+def _describe(channel: str, value: float, base: float, ratio: float) -> str:
+    if channel in LOG_CHANNELS:
+        if channel == "throughput" or ratio < 1:
+            return f"{channel} {100 * (ratio - 1):+.0f}%"
+        return f"{channel} {ratio:.1f}x the run's median"
+    if channel in ASINH_CHANNELS or channel in LINEAR_CHANNELS:
+        return f"{channel} {value:.3g} (run median {base:.3g})"
+    return f"{channel} {value:.3g}"
+
+
+def explain_steps(features: pd.DataFrame, raw: pd.DataFrame, flagged: np.ndarray, top: int = 2) -> np.ndarray:
+    """A sentence per flagged step naming the features that moved most and by how much; None elsewhere.
+
+    `raw` holds the untransformed channel values aligned with `features` (same index).
+    """
+    out = np.full(len(features), None, dtype=object)
+    idx = np.flatnonzero(flagged)
+    if idx.size == 0:
+        return out
+    zmat = np.abs(np.nan_to_num(features[[f"z_{c}" for c in EXPLAIN_CHANNELS]].to_numpy()[idx], nan=0.0))
+    order = np.argsort(-zmat, axis=1)[:, :top]
+    nonfinite = features["nonfinite"].to_numpy()[idx]
+    mem = features["mem_fraction"].to_numpy()[idx]
+    clip = features["pg_clipfrac"].to_numpy()[idx]
+    raw_vals = {c: raw[c].to_numpy()[idx] if c in raw else np.full(idx.size, np.nan) for c in EXPLAIN_CHANNELS}
+    bases = {c: features[f"base_{c}"].to_numpy()[idx] for c in EXPLAIN_CHANNELS}
+    ratios = {c: features[f"{c}_ratio"].to_numpy()[idx] if f"{c}_ratio" in features else np.full(idx.size, np.nan)
+              for c in EXPLAIN_CHANNELS}
+    for k, row in enumerate(idx):
+        parts = []
+        if nonfinite[k] > 0:
+            parts.append(f"non-finite values in {int(nonfinite[k])} metric(s)")
+        for j in order[k]:
+            if zmat[k, j] < 2.0:
+                break
+            c = EXPLAIN_CHANNELS[j]
+            parts.append(_describe(c, raw_vals[c][k], bases[c][k], ratios[c][k]))
+        if mem[k] > 0.9:
+            parts.append(f"GPU memory {100 * mem[k]:.0f}% used")
+        if clip[k] > 0.25:
+            parts.append(f"clip fraction {clip[k]:.2f}")
+        out[row] = "; ".join(parts) if parts else "unusual combination of metrics (model score)"
+    return out
+
+
+def episodes(runs: np.ndarray, steps: np.ndarray, flagged: np.ndarray, classes: np.ndarray | None = None):
+    """Episode id (1.. per run, 0 where unflagged), first and last step of each flagged step's episode.
+
+    Consecutive flagged rows of the same run (and, when `classes` is given, of the same class) form
+    one episode; rows must be sorted by run and step.
+    """
+    n = len(flagged)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    new_run = np.ones(n, dtype=bool)
+    new_run[1:] = runs[1:] != runs[:-1]
+    prev_flag = np.zeros(n, dtype=bool)
+    prev_flag[1:] = flagged[:-1]
+    new_class = np.zeros(n, dtype=bool)
+    if classes is not None:
+        new_class[1:] = classes[1:] != classes[:-1]
+    start = flagged & (new_run | ~prev_flag | new_class)
+    run_start_idx = np.maximum.accumulate(np.where(new_run, np.arange(n), 0))
+    starts_cum = np.cumsum(start)
+    before_run = np.where(run_start_idx > 0, starts_cum[run_start_idx - 1], 0)
+    episode_id = np.where(flagged, starts_cum - before_run, 0)
+    global_id = np.where(flagged, starts_cum, 0)
+    first = np.zeros(n, dtype=np.int64)
+    last = np.zeros(n, dtype=np.int64)
+    if flagged.any():
+        ids = global_id[flagged]
+        s = pd.Series(steps[flagged])
+        first[flagged] = s.groupby(ids).transform("min").to_numpy()
+        last[flagged] = s.groupby(ids).transform("max").to_numpy()
+    return episode_id.astype(np.int64), first, last

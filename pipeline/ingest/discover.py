@@ -1,0 +1,166 @@
+"""Find the runs in an archive root: one entry per run, a stable run_id each, finished or not."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .readers import MARKER_NAMES, entry_stem
+
+END_MARKERS = re.compile(
+    rb"Final validation metrics|Error executing job|Set the environment variable HYDRA_FULL_ERROR"
+)
+LAST_ERROR = re.compile(rb"^\S*(?:\([^)]*\) )?[\w.]*(?:Error|Exception)\b.*$", re.M)
+TAIL_BYTES = 64 * 1024
+GZ_TAIL_SCAN_LIMIT = 64 * 2**20  # decompress a .gz to read its tail only if it is this small
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One run in the archive."""
+
+    run_id: str
+    path: Path
+    form: str  # dir | tar.gz | zip | gz | log
+    size: int
+    mtime: float
+    finished: bool
+    end_marker: str | None
+
+
+@dataclass
+class Discovery:
+    """The runs found, and the entries that could not become runs."""
+
+    entries: list[RunEntry] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def run_id_for(name: str) -> str:
+    """Stable run_id of an entry name: suffix dropped, other characters mapped to `_`, with a letter."""
+    rid = re.sub(r"[^A-Za-z0-9._-]", "_", entry_stem(name))
+    if not rid or not rid[0].isalnum() or not re.search(r"[A-Za-z]", rid):
+        rid = "run_" + rid
+    return rid
+
+
+def entry_form(path: Path) -> str:
+    """dir, tar.gz, zip, gz or log."""
+    name = path.name
+    if path.is_dir():
+        return "dir"
+    if name.endswith((".tar.gz", ".tgz")):
+        return "tar.gz"
+    if name.endswith(".zip"):
+        return "zip"
+    if name.endswith(".gz"):
+        return "gz"
+    return "log"
+
+
+def _dir_stats(path: Path) -> tuple[int, float, list[Path]]:
+    size, mtime, files = 0, 0.0, []
+    for dirpath, _, filenames in os.walk(path):
+        for fn in filenames:
+            p = Path(dirpath) / fn
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            size += st.st_size
+            mtime = max(mtime, st.st_mtime)
+            files.append(p)
+    return size, mtime or path.stat().st_mtime, files
+
+
+def _tail(path: Path, gz: bool) -> bytes:
+    try:
+        if gz:
+            if path.stat().st_size > GZ_TAIL_SCAN_LIMIT:
+                return b""
+            tail = b""
+            with gzip.open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    tail = (tail + chunk)[-TAIL_BYTES:]
+            return tail
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - TAIL_BYTES))
+            return fh.read()
+    except (OSError, EOFError, zlib.error):
+        return b""
+
+
+def end_marker_in(tail: bytes) -> str | None:
+    """The end marker in a log's tail: final validation, Hydra's error wrapper, or a final exception line."""
+    m = END_MARKERS.search(tail)
+    if m:
+        return m.group(0).decode()
+    last = [ln for ln in tail.rstrip().splitlines()[-3:] if ln.strip()]
+    if last and b"Traceback" in tail and LAST_ERROR.match(last[-1].strip()):
+        return "final traceback"
+    return None
+
+
+def _end_marker(path: Path, form: str, files: list[Path]) -> str | None:
+    for marker in MARKER_NAMES:
+        if (path.parent / f"{path.name}{marker}").exists() or (form == "dir" and (path / marker).exists()):
+            return marker
+    if form in ("log", "gz"):
+        return end_marker_in(_tail(path, form == "gz"))
+    if form == "dir":
+        logs = [p for p in files if p.name not in MARKER_NAMES and not p.name.endswith(".jsonl")]
+        for p in sorted(logs, key=lambda p: p.stat().st_size if p.exists() else 0, reverse=True)[:3]:
+            found = end_marker_in(_tail(p, p.name.endswith(".gz")))
+            if found:
+                return found
+    return None
+
+
+def discover_runs(root: str | Path, quiet_period_s: float = 600, now: float | None = None) -> Discovery:
+    """List the run entries under `root` (folders, .tar.gz/.tgz, .zip, .gz, other files).
+
+    A run is finished when unchanged for `quiet_period_s` or carrying an end marker. Entries that
+    map to the same run_id are all reported in `errors` and none is listed.
+    """
+    root = Path(root)
+    now = time.time() if now is None else now
+    found = Discovery()
+    by_id: dict[str, list[Path]] = {}
+    try:
+        names = sorted(os.listdir(root))
+    except OSError as exc:
+        found.errors.append(f"cannot list archive root {root}: {exc}")
+        return found
+    for name in names:
+        path = root / name
+        if name.startswith(".") or name in MARKER_NAMES or name.endswith(tuple(MARKER_NAMES)):
+            continue
+        if not (path.is_dir() or path.is_file()):
+            continue
+        by_id.setdefault(run_id_for(name), []).append(path)
+    for rid, paths in sorted(by_id.items()):
+        if len(paths) > 1:
+            found.errors.append(
+                f"run_id {rid!r} is given by {len(paths)} entries ({', '.join(p.name for p in paths)}): none ingested"
+            )
+            continue
+        path = paths[0]
+        form = entry_form(path)
+        try:
+            if form == "dir":
+                size, mtime, files = _dir_stats(path)
+            else:
+                st = path.stat()
+                size, mtime, files = st.st_size, st.st_mtime, []
+        except OSError as exc:
+            found.errors.append(f"{path.name}: vanished during discovery ({exc})")
+            continue
+        marker = _end_marker(path, form, files)
+        finished = marker is not None or now - mtime >= quiet_period_s
+        found.entries.append(RunEntry(rid, path, form, size, mtime, finished, marker))
+    return found

@@ -1,0 +1,259 @@
+"""Byte streams of the files in one run entry (folder, .tar.gz, .zip, .gz, plain log), read safely.
+
+Archive members are read as streams and never extracted to disk. Every problem (corrupt archive,
+unsafe member path, decompression bomb, vanished file) is appended to `problems` as a clear
+message and reading goes on with what can be read; nothing here raises for bad data.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tarfile
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+ENTRY_SUFFIXES = (".tar.gz", ".tgz", ".zip", ".log.gz", ".gz", ".log", ".txt")
+READ_BYTES = 2**20  # small reads: a truncated compressed stream then loses at most this much
+READ_ERRORS = (OSError, EOFError, zlib.error, tarfile.TarError, zipfile.BadZipFile, ValueError)
+MARKER_NAMES = {".done", "_SUCCESS"}
+
+
+@dataclass(frozen=True)
+class IngestLimits:
+    """Safety and speed limits of one run's ingest."""
+
+    max_total_bytes: int = 64 * 2**30  # decompressed bytes per run: the decompression-bomb guard
+    max_members: int = 100_000  # files per run (folder files or archive members)
+    max_line_bytes: int = 64 * 2**20  # longer lines are kept truncated to this size
+    block_bytes: int = 32 * 2**20  # bytes read per block
+
+
+def entry_stem(name: str) -> str:
+    """Entry name without its archive/log suffix."""
+    for suffix in ENTRY_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+class ByteBudget:
+    """Counts decompressed bytes across a run and stops reading past the limit."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self.exhausted = False
+
+    def take(self, n: int) -> int:
+        """Grant up to n more bytes."""
+        granted = max(0, min(n, self.limit - self.used))
+        self.used += granted
+        if granted < n:
+            self.exhausted = True
+        return granted
+
+
+def member_name_problem(name: str) -> str | None:
+    """Why an archive member name is unsafe (absolute, `..`), or None."""
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return f"archive member {name!r} has an absolute path: refused, not read"
+    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
+        return f"archive member {name!r} escapes the archive with '..': refused, not read"
+    return None
+
+
+def _chunks(
+    fh: BinaryIO, name: str, limits: IngestLimits, budget: ByteBudget, problems: list[str]
+) -> Iterator[bytes]:
+    """Read `fh` in blocks, within the byte budget; a read error ends the file with a problem."""
+    got = 0
+    while True:
+        try:
+            data = fh.read(READ_BYTES)
+        except READ_ERRORS as exc:
+            problems.append(f"{name}: read failed after {got} bytes ({_describe(exc)}): kept what was read")
+            return
+        if not data:
+            return
+        allowed = budget.take(len(data))
+        if allowed < len(data):
+            problems.append(
+                f"{name}: decompressed-size limit of {budget.limit} bytes per run reached "
+                f"(possible decompression bomb): the rest was not read"
+            )
+            if allowed:
+                yield data[:allowed]
+            return
+        got += len(data)
+        yield data
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        return "truncated compressed stream"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _maybe_gunzip(fh: BinaryIO, name: str) -> BinaryIO:
+    return gzip.GzipFile(fileobj=fh, mode="rb") if name.endswith(".gz") else fh
+
+
+def _dir_files(root: Path, problems: list[str]) -> list[Path]:
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: problems.append(f"cannot list {e}")):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            path = Path(dirpath) / fn
+            if fn in MARKER_NAMES or path.is_symlink():
+                continue
+            files.append(path)
+    return files
+
+
+FileStream = tuple[str, Iterator[bytes]]
+
+
+def iter_files(
+    path: str | Path, form: str, limits: IngestLimits, problems: list[str]
+) -> Iterator[FileStream]:
+    """Yield (file name inside the entry, byte chunks) for every readable file of a run entry.
+
+    Each chunk iterator must be consumed before the next file is requested (archives stream).
+    """
+    path = Path(path)
+    budget = ByteBudget(limits.max_total_bytes)
+    readers: dict[str, Callable[[], Iterator[FileStream]]] = {
+        "dir": lambda: _iter_dir(path, limits, budget, problems),
+        "tar.gz": lambda: _iter_tar(path, limits, budget, problems),
+        "zip": lambda: _iter_zip(path, limits, budget, problems),
+        "gz": lambda: _iter_single(path, True, limits, budget, problems),
+        "log": lambda: _iter_single(path, False, limits, budget, problems),
+    }
+    if form not in readers:
+        problems.append(f"unknown archive form {form!r}: nothing read")
+        return
+    try:
+        yield from readers[form]()
+    except READ_ERRORS as exc:
+        problems.append(f"{path.name}: archive unreadable ({_describe(exc)}): kept what was read")
+
+
+def _iter_single(path: Path, gz: bool, limits, budget, problems) -> Iterator[FileStream]:
+    name = path.name[: -len(".gz")] if gz and path.name.endswith(".gz") else path.name
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - closed by the `with raw` below; open errors are reported
+    except FileNotFoundError:
+        problems.append(f"{path.name}: file vanished before it could be read")
+        return
+    except OSError as exc:
+        problems.append(f"{path.name}: cannot open ({exc})")
+        return
+    with raw:
+        fh = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
+        yield name, _chunks(fh, name, limits, budget, problems)
+
+
+def _iter_dir(root: Path, limits, budget, problems) -> Iterator[FileStream]:
+    files = _dir_files(root, problems)
+    if len(files) > limits.max_members:
+        problems.append(f"{len(files)} files exceed the limit of {limits.max_members}: only the first read")
+        files = files[: limits.max_members]
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        if budget.exhausted:
+            problems.append(f"{rel}: not read, the decompressed-size limit was reached")
+            continue
+        try:
+            raw = open(path, "rb")  # noqa: SIM115 - closed by the `with raw` below
+        except FileNotFoundError:
+            problems.append(f"{rel}: file vanished during the scan")
+            continue
+        except OSError as exc:
+            problems.append(f"{rel}: cannot open ({exc})")
+            continue
+        with raw:
+            name = rel[: -len(".gz")] if rel.endswith(".gz") else rel
+            yield name, _chunks(_maybe_gunzip(raw, rel), rel, limits, budget, problems)
+
+
+def _iter_tar(path: Path, limits, budget, problems) -> Iterator[FileStream]:
+    top = entry_stem(path.name)
+    with tarfile.open(path, mode="r|*") as tar:
+        count = 0
+        while True:
+            try:
+                member = tar.next()
+            except READ_ERRORS as exc:
+                problems.append(
+                    f"{path.name}: corrupt tar after {count} members ({_describe(exc)}): stopped there"
+                )
+                return
+            if member is None:
+                return
+            count += 1
+            if count > limits.max_members:
+                problems.append(f"{path.name}: more than {limits.max_members} members: the rest was not read")
+                return
+            unsafe = member_name_problem(member.name)
+            if unsafe:
+                problems.append(unsafe)
+                continue
+            if count == 1 and member.isdir():
+                top = member.name.strip("/").removeprefix("./")
+            if member.issym() or member.islnk():
+                problems.append(f"archive member {member.name!r} is a link: refused, not read")
+                continue
+            if not member.isfile():
+                continue
+            name = _inner_name(member.name, top)
+            if PurePosixPath(name).name in MARKER_NAMES:
+                continue
+            if budget.exhausted:
+                problems.append(f"{name}: not read, the decompressed-size limit was reached")
+                continue
+            fh = tar.extractfile(member)
+            shown = name[: -len(".gz")] if name.endswith(".gz") else name
+            yield shown, _chunks(_maybe_gunzip(fh, name), name, limits, budget, problems)
+
+
+def _iter_zip(path: Path, limits, budget, problems) -> Iterator[FileStream]:
+    top = entry_stem(path.name)
+    with zipfile.ZipFile(path) as zf:
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+        if len(infos) > limits.max_members:
+            problems.append(f"{path.name}: {len(infos)} members exceed the limit of {limits.max_members}")
+            infos = infos[: limits.max_members]
+        for info in infos:
+            unsafe = member_name_problem(info.filename)
+            if unsafe:
+                problems.append(unsafe)
+                continue
+            name = _inner_name(info.filename, top)
+            if PurePosixPath(name).name in MARKER_NAMES:
+                continue
+            if budget.exhausted:
+                problems.append(f"{name}: not read, the decompressed-size limit was reached")
+                continue
+            try:
+                fh = zf.open(info)
+            except READ_ERRORS as exc:
+                problems.append(f"{name}: cannot read member ({_describe(exc)})")
+                continue
+            with fh:
+                shown = name[: -len(".gz")] if name.endswith(".gz") else name
+                yield shown, _chunks(_maybe_gunzip(fh, name), name, limits, budget, problems)
+
+
+def _inner_name(name: str, top: str) -> str:
+    """Member path without a leading `./` nor the run's own top folder: a folder named after the run
+    (`run-7/train.log`, `.staging-run-7/train.log` -> `train.log`), or `top` when it is the archive's
+    first member and a directory."""
+    while name.startswith("./"):
+        name = name[2:]
+    head, sep, rest = name.partition("/")
+    return rest if sep and rest and (head == top or top in head) else name

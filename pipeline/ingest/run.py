@@ -1,0 +1,499 @@
+"""`ingest_run`: one run entry -> its `runs`, `log_lines` and `step_metrics` partitions.
+
+Blocks of lines flow through three stages: decode+classify+parse (stateless, two threads, Arrow
+kernels release the GIL), context (sequential: resume segments, step in progress, config pprint),
+and a writer thread streaming `log_lines` into the lake. Metric rows go to a scratch Parquet file
+and are reconciled by DuckDB at the end, so memory stays flat whatever the log size.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import traceback
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.lake import RunBatchWriter, write_run_table
+
+from .config import INT_FIELDS, STRING_FIELDS, TOTAL_STEPS, ConfigCollector, config_facts
+from .discover import RunEntry
+from .lines import (
+    K_CONFIG,
+    K_MEMORY,
+    K_STEP,
+    KINDS,
+    Classified,
+    Lines,
+    classify,
+    decode_block,
+    iter_raw_blocks,
+    unclassified,
+)
+from .readers import IngestLimits, iter_files
+from .steps import ROWS_SCHEMA, StepRows, parse_memory_lines, parse_step_lines
+
+LOG_LINES_SCHEMA = pa.schema(
+    [
+        ("file", pa.string()),
+        ("line_no", pa.int64()),
+        ("text", pa.string()),
+        ("kind", pa.string()),
+        ("component", pa.string()),
+        ("pid", pa.int64()),
+        ("segment", pa.int32()),
+        ("step", pa.int64()),
+        ("phase_hint", pa.string()),
+        ("ts", pa.timestamp("us")),
+    ]
+)
+STEP_METRICS_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("key", pa.string()),
+        ("value", pa.float64()),
+        ("source", pa.string()),
+        ("segment", pa.int32()),
+        ("file", pa.string()),
+        ("line_no", pa.int64()),
+    ]
+)
+RAW_ROWS_SCHEMA = (
+    ROWS_SCHEMA.remove(ROWS_SCHEMA.get_field_index("line_idx"))
+    .append(pa.field("segment", pa.int32()))
+    .append(pa.field("file", pa.string()))
+    .append(pa.field("file_idx", pa.int32()))
+    .append(pa.field("line_no", pa.int64()))
+)
+RUNS_SCHEMA = pa.schema(
+    [
+        ("source_path", pa.string()),
+        ("archive_form", pa.string()),
+        ("n_files", pa.int64()),
+        ("n_lines", pa.int64()),
+        ("n_bytes", pa.int64()),
+        ("n_undecodable_lines", pa.int64()),
+        ("n_step_lines", pa.int64()),
+        ("n_steps", pa.int64()),
+        ("n_metric_values", pa.int64()),
+        ("n_parse_failures", pa.int64()),
+        ("n_segments", pa.int32()),
+        ("problems", pa.list_(pa.string())),
+        ("first_ts", pa.timestamp("us")),
+        ("last_ts", pa.timestamp("us")),
+        ("mtime", pa.timestamp("us")),
+        ("ingested_at", pa.timestamp("us")),
+    ]
+    + [(k, pa.string()) for k in STRING_FIELDS]
+    + [(k, pa.int64()) for k in INT_FIELDS]
+    + [("gpu_memory_utilization", pa.float64()), ("actor_lr", pa.float64())]
+    + [("config_json", pa.string()), ("verl_format", pa.string())]
+)
+KIND_NAMES = pa.array(KINDS, pa.string())
+SOURCE_RANK = "case source when 'console' then 0 when 'seed_kv' then 1 when 'seed_timing' then 1 else 2 end"
+RECONCILE_SQL = f"""
+with raw as (select * from read_parquet($path)),
+last_segment as (select coalesce(max(segment), 0) as s from raw where segment >= 0),
+fixed as (
+    select step, key, value, source,
+           case when segment < 0 then (select s from last_segment) else segment end as segment,
+           file, file_idx, line_no
+    from raw
+),
+memory as (
+    select step, key, max(value) as value, 'memory_line' as source, segment,
+           arg_max(file, value) as file, max(file_idx) as file_idx, arg_max(line_no, value) as line_no
+    from fixed where source = 'memory_line' group by step, key, segment
+),
+candidates as (
+    select * exclude (file_idx), file_idx from fixed where source <> 'memory_line'
+    union all by name select * from memory
+)
+select step, key, value, source, segment::integer as segment, file, line_no
+from candidates
+qualify row_number() over (
+    partition by step, key order by segment desc, {SOURCE_RANK}, file_idx desc, line_no desc
+) = 1
+order by step, key
+"""
+
+
+@dataclass
+class IngestResult:
+    """What one ingest wrote."""
+
+    run_id: str
+    n_lines: int
+    n_steps: int
+    n_bytes: int
+    n_parse_failures: int
+    problems: list[str]
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+@dataclass
+class FileState:
+    """Context carried from block to block within one file."""
+
+    segment: int = 0
+    started: bool = False
+    steps_since_start: bool = False
+    last_step: int | None = None
+    collector: ConfigCollector | None = None
+
+    def context(self) -> int:
+        """The step in progress."""
+        return 0 if self.last_step is None else self.last_step + 1
+
+
+@dataclass
+class RunTotals:
+    """Counters and facts gathered over a run."""
+
+    n_files: int = 0
+    n_lines: int = 0
+    n_bytes: int = 0
+    n_undecodable: int = 0
+    n_step_lines: int = 0
+    n_failures: int = 0
+    n_console: int = 0
+    n_np: int = 0
+    n_v04: int = 0
+    n_seed: int = 0
+    max_segment: int = 0
+    first_ts: datetime | None = None
+    last_ts: datetime | None = None
+    config: dict | None = None
+    total_steps: int | None = None
+
+
+@dataclass
+class BlockResult:
+    """Output of the stateless stage for one block."""
+
+    lines: Lines
+    cls: Classified
+    rows: StepRows
+    n_nul: int
+
+
+def _stage_a(raw: bytes, file: str, limits: IngestLimits) -> BlockResult:
+    lines = decode_block(raw, limits.max_line_bytes)
+    rows = StepRows()
+    try:
+        cls = classify(lines.text)
+        parse_step_lines(lines.text, np.flatnonzero(cls.kind == K_STEP), rows)
+        parse_memory_lines(lines.text, np.flatnonzero(cls.kind == K_MEMORY), rows)
+        cls.kind[rows.tails] = K_STEP
+    except Exception as exc:  # keep the lines even if their parse hits a bug
+        cls = unclassified(len(lines.text))
+        rows = StepRows(problems=[(0, f"this block's lines kept unparsed ({type(exc).__name__}: {exc})")])
+    return BlockResult(lines, cls, rows, raw.count(b"\x00"))
+
+
+def _counted(chunks: Iterator[bytes], totals: RunTotals) -> Iterator[bytes]:
+    for chunk in chunks:
+        totals.n_bytes += len(chunk)
+        yield chunk
+
+
+class _RunIngest:
+    """State of one run's ingest."""
+
+    def __init__(self, entry: RunEntry, warehouse: Path, limits: IngestLimits, scratch: Path):
+        self.entry = entry
+        self.limits = limits
+        self.problems: list[str] = []
+        self.totals = RunTotals()
+        self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
+        self.raw_path = scratch / "step_rows.parquet"
+        self.raw_writer = pq.ParquetWriter(self.raw_path, RAW_ROWS_SCHEMA, compression="lz4")
+        self.write_pool = ThreadPoolExecutor(1)
+        self.pending_write: Future | None = None
+
+    def run(self) -> None:
+        with ThreadPoolExecutor(2) as pool:
+            files = iter_files(self.entry.path, self.entry.form, self.limits, self.problems)
+            for file_idx, (name, chunks) in enumerate(files):
+                self.totals.n_files += 1
+                self._file(pool, file_idx, name, chunks)
+        self._flush_write()
+        self.write_pool.shutdown()
+
+    def _file(self, pool: ThreadPoolExecutor, file_idx: int, name: str, chunks: Iterator[bytes]) -> None:
+        state = FileState()
+        pending: deque[Future] = deque()
+        line_no = 1  # of the next block's first line
+        n_nul = n_bad = 0
+        self.n_truncated = 0
+        crlf = False
+        for raw in iter_raw_blocks(_counted(chunks, self.totals), name, self.limits, self.problems):
+            crlf = crlf or b"\r\n" in raw
+            pending.append(pool.submit(_stage_a, raw, name, self.limits))
+            while len(pending) > 2:
+                res = pending.popleft().result()
+                n_nul, n_bad = self._stage_b(res, line_no, state, file_idx, name, n_nul, n_bad)
+                line_no += len(res.lines.text)
+        while pending:
+            res = pending.popleft().result()
+            n_nul, n_bad = self._stage_b(res, line_no, state, file_idx, name, n_nul, n_bad)
+            line_no += len(res.lines.text)
+        if state.collector is not None:
+            self._finish_config(state.collector)
+        if n_nul:
+            self.problems.append(f"{name}: binary content ({n_nul} NUL bytes): kept as text lines")
+        if n_bad:
+            self.problems.append(
+                f"{name}: {n_bad} line(s) not valid UTF-8: kept with U+FFFD replacement characters"
+            )
+        if self.n_truncated:
+            self.problems.append(
+                f"{name}: {self.n_truncated} line(s) longer than {self.limits.max_line_bytes} bytes kept truncated"
+            )
+        if crlf:
+            self.problems.append(f"{name}: CRLF line endings: the \\r of each ending was removed")
+
+    def _stage_b(
+        self, res: BlockResult, first: int, state: FileState, file_idx: int, name: str, n_nul: int, n_bad: int):
+        lines, cls, rows = res.lines, res.cls, res.rows
+        text, n = lines.text, len(lines.text)
+        kind = cls.kind
+        self._config_lines(text, kind, cls.config_open, state)
+        seg, ctx = self._context(n, cls, rows, state)
+        t = self.totals
+        t.n_lines += n
+        t.n_undecodable += lines.n_undecodable
+        self.n_truncated += lines.n_truncated
+        t.n_step_lines += rows.n_step_lines
+        t.n_failures += rows.n_failures
+        t.n_console += rows.n_console
+        t.n_np += rows.n_np
+        t.n_v04 += rows.n_v04
+        t.n_seed += rows.n_seed
+        t.max_segment = max(t.max_segment, state.segment)
+        self.problems.extend(f"{name}:{first + i}: {msg}" for i, msg in rows.problems)
+        if n and cls.ts.null_count < n:
+            lo, hi = pc.min_max(cls.ts).values()
+            t.first_ts = lo.as_py() if t.first_ts is None else min(t.first_ts, lo.as_py())
+            t.last_ts = hi.as_py() if t.last_ts is None else max(t.last_ts, hi.as_py())
+        file_col = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([name]))
+        batch = pa.table(
+            {
+                "file": file_col,
+                "line_no": pa.array(np.arange(first, first + n, dtype=np.int64)),
+                "text": text,
+                "kind": KIND_NAMES.take(pa.array(kind)),
+                "component": cls.component,
+                "pid": cls.pid,
+                "segment": pa.array(seg),
+                "step": pa.array(ctx),
+                "phase_hint": cls.phase_hint,
+                "ts": cls.ts,
+            }
+        )
+        self._flush_write()
+        self.pending_write = self.write_pool.submit(self.log_writer.write, batch)
+        self._write_rows(rows, seg, ctx, file_idx, name, first)
+        return n_nul + res.n_nul, n_bad + lines.n_undecodable
+
+    def _flush_write(self) -> None:
+        if self.pending_write is not None:
+            self.pending_write.result()
+            self.pending_write = None
+
+    def _config_lines(
+        self, text: pa.StringArray, kind: np.ndarray, opens: np.ndarray, state: FileState
+    ) -> None:
+        """Mark the pprint's lines as config and parse it; read `Total training steps: N`."""
+        starts = np.flatnonzero(opens).tolist()
+        pos = 0
+        n = len(text)
+        while pos < n and (state.collector is not None or starts):
+            if state.collector is None:
+                pos = starts.pop(0)
+                if pos >= n:
+                    break
+                state.collector = ConfigCollector(text[pos].as_py())
+            window = text.slice(pos, 1024).to_pylist()
+            for off, line in enumerate(window):
+                if state.collector.feed(line):
+                    kind[pos + off] = K_CONFIG
+                if state.collector.done:
+                    self._finish_config(state.collector)
+                    state.collector = None
+                    pos += off + 1
+                    break
+            else:
+                pos += len(window)
+            starts = [s for s in starts if s >= pos]
+        cfg_idx = np.flatnonzero(kind == K_CONFIG)
+        if len(cfg_idx):
+            hits = pc.extract_regex(text.take(pa.array(cfg_idx)), TOTAL_STEPS.pattern)
+            found = [h["n"] for h in hits.to_pylist() if h is not None] if hits.null_count < len(hits) else []
+            if found:
+                self.totals.total_steps = int(found[-1])
+
+    def _finish_config(self, collector: ConfigCollector) -> None:
+        cfg, why = collector.parse()
+        if cfg is None:
+            self.problems.append(why)
+        else:
+            self.totals.config = cfg
+
+    def _context(
+        self, n: int, cls: Classified, rows: StepRows, state: FileState
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Segment and step in progress of every line (start-ups open segments; step lines move the step)."""
+        events = [(int(i), 0, 0) for i in np.flatnonzero(cls.config_open)]
+        events += [(int(i), 1, 0) for i in np.flatnonzero(cls.resume_marker)]
+        events += [(i, 2, s) for i, s in rows.events]
+        events.sort()
+        seg0, ctx0 = state.segment, state.context()
+        pos, segs, ctxs, own = [], [], [], []
+        for i, typ, s in events:
+            if typ == 0:
+                if state.started or state.last_step is not None:
+                    state.segment += 1
+                state.started, state.steps_since_start, state.last_step = True, False, None
+            elif typ == 1:
+                if state.steps_since_start:
+                    state.segment += 1
+                    state.started, state.steps_since_start, state.last_step = True, False, None
+            else:
+                if state.last_step is not None and s < state.last_step:
+                    state.segment += 1
+                state.last_step, state.steps_since_start = s, True
+                own.append((i, s))
+            pos.append(i)
+            segs.append(state.segment)
+            ctxs.append(state.context())
+        if not pos:
+            return np.full(n, seg0, dtype=np.int32), np.full(n, ctx0, dtype=np.int64)
+        j = np.searchsorted(np.array(pos), np.arange(n), side="right") - 1
+        seg = np.where(j >= 0, np.array(segs, dtype=np.int32)[j], seg0).astype(np.int32)
+        ctx = np.where(j >= 0, np.array(ctxs, dtype=np.int64)[j], ctx0).astype(np.int64)
+        for i, s in own:
+            ctx[i] = s
+        return seg, ctx
+
+    def _write_rows(
+        self, rows: StepRows, seg: np.ndarray, ctx: np.ndarray, file_idx: int, name: str, first: int
+    ):
+        table = rows.table()
+        if table.num_rows == 0:
+            return
+        idx = table.column("line_idx").to_numpy()
+        step = table.column("step").to_numpy().copy()
+        step[step < 0] = ctx[idx[step < 0]]
+        segment = seg[idx].copy()
+        segment[pc.equal(table.column("source"), "jsonl").to_numpy()] = -1
+        out = pa.table(
+            {
+                "step": pa.array(step),
+                "key": table.column("key"),
+                "value": table.column("value"),
+                "source": table.column("source"),
+                "segment": pa.array(segment, pa.int32()),
+                "file": pa.array([name] * table.num_rows, pa.string()),
+                "file_idx": pa.array(np.full(table.num_rows, file_idx, dtype=np.int32)),
+                "line_no": pa.array(idx + first),
+            }
+        )
+        self.raw_writer.write_table(out.select(RAW_ROWS_SCHEMA.names).cast(RAW_ROWS_SCHEMA))
+
+    def reconcile(self, warehouse: Path) -> tuple[Path, int, int]:
+        """Keep one value per (step, key) and write `step_metrics`; returns (path, n_steps, n_values)."""
+        self.raw_writer.close()
+        con = duckdb.connect()
+        try:
+            con.execute("set memory_limit='384MB'; set threads=2; set preserve_insertion_order=true")
+            con.execute(f"set temp_directory='{self.raw_path.parent}'")
+            reader = con.sql(RECONCILE_SQL, params={"path": str(self.raw_path)}).to_arrow_reader(65536)
+            path = write_run_table(warehouse, "step_metrics", self.entry.run_id, reader, STEP_METRICS_SCHEMA)
+            target = str(path / "*.parquet")
+            n_steps, n_values = con.execute(
+                "select count(distinct step), count(*) from read_parquet($p)", {"p": target}
+            ).fetchone()
+        finally:
+            con.close()
+        return path, int(n_steps), int(n_values)
+
+
+def _verl_format(t: RunTotals) -> str:
+    if t.n_np:
+        return "np2"
+    if t.n_console:
+        return "v04" if t.n_v04 >= 0.9 * t.n_console else "bare"
+    return "seed_kv" if t.n_seed else "none"
+
+
+def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | None = None) -> IngestResult:
+    """Ingest one run entry into the lake: `runs`, `log_lines`, `step_metrics` partitions, each replaced atomically.
+
+    Bad data never raises: what could be read is written and `problems` says what was wrong.
+    """
+    limits = limits or IngestLimits()
+    warehouse = Path(warehouse)
+    warehouse.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".ingest-", dir=warehouse))
+    job = _RunIngest(entry, warehouse, limits, scratch)
+    try:
+        try:
+            job.run()
+        except Exception as exc:  # a bug must not lose the lines already read nor stop the fleet
+            job._flush_write()
+            job.problems.append(f"ingest stopped early: {type(exc).__name__}: {exc}")
+            job.problems.append(traceback.format_exc(limit=3).strip().splitlines()[-1])
+        log_path = job.log_writer.commit()
+        metrics_path, n_steps, n_values = job.reconcile(warehouse)
+        t = job.totals
+        if t.n_lines == 0:
+            job.problems.append("empty run: no lines were read")
+        facts = config_facts(t.config, t.total_steps)
+        row = {
+            "source_path": str(entry.path),
+            "archive_form": entry.form,
+            "n_files": t.n_files,
+            "n_lines": t.n_lines,
+            "n_bytes": t.n_bytes,
+            "n_undecodable_lines": t.n_undecodable,
+            "n_step_lines": t.n_step_lines,
+            "n_steps": n_steps,
+            "n_metric_values": n_values,
+            "n_parse_failures": t.n_failures,
+            "n_segments": t.max_segment + 1,
+            "problems": list(job.problems),
+            "first_ts": t.first_ts,
+            "last_ts": t.last_ts,
+            "mtime": datetime.fromtimestamp(entry.mtime) if entry.mtime else None,
+            "ingested_at": datetime.now().replace(microsecond=0),
+            **facts,
+            "verl_format": _verl_format(t),
+        }
+        runs_path = write_run_table(
+            warehouse, "runs", entry.run_id, pa.Table.from_pylist([row], schema=RUNS_SCHEMA)
+        )
+    finally:
+        job.write_pool.shutdown(wait=True)
+        if job.log_writer.staging.exists():
+            job.log_writer.abort()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return IngestResult(
+        run_id=entry.run_id,
+        n_lines=t.n_lines,
+        n_steps=n_steps,
+        n_bytes=t.n_bytes,
+        n_parse_failures=t.n_failures,
+        problems=list(job.problems),
+        paths={"runs": runs_path, "log_lines": log_path, "step_metrics": metrics_path},
+    )

@@ -1,0 +1,169 @@
+"""The fleet report as a mail: HTML with inline (CID) charts, a plain-text part and the report attached."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import smtplib
+import ssl
+from collections.abc import Mapping, Sequence
+from email.message import EmailMessage
+from email.utils import formatdate, getaddresses, make_msgid
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin
+
+log = logging.getLogger(__name__)
+
+DATA_URI_RE = re.compile(r'src="data:image/(png|jpeg|gif);base64,([A-Za-z0-9+/=\s]+)"')
+HREF_RE = re.compile(r'href="((?:\.\./|\./)?[A-Za-z0-9._/-]+\.html(?:#[A-Za-z0-9_-]*)?)"')
+BLOCK_TAGS = {"p", "div", "section", "header", "footer", "h1", "h2", "h3", "h4", "li", "tr", "table",
+              "figure", "figcaption", "pre", "nav", "details", "summary", "br", "ul"}
+SKIP_TAGS = {"style", "script", "head", "title", "nav"}
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
+
+
+class _TextExtractor(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skip = 0
+        self.pre = 0
+        self.open: list[set[str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        classes = set((dict(attrs).get("class") or "").split())
+        if tag not in VOID_TAGS:
+            self.open.append(classes)
+        if "value" in classes:
+            return
+        if tag in SKIP_TAGS:
+            self.skip += 1
+        elif tag == "pre":
+            self.pre += 1
+            self.parts.append("\n")
+        elif tag in ("td", "th"):
+            self.parts.append(" | ")
+        elif tag == "li":
+            self.parts.append("\n  - ")
+        elif tag in BLOCK_TAGS:
+            self.parts.append("\n")
+        elif tag == "img":
+            alt = dict(attrs).get("alt")
+            if alt:
+                self.parts.append(f"[chart: {alt}]")
+
+    def handle_endtag(self, tag):
+        classes = self.open.pop() if self.open else set()
+        if "label" in classes:
+            # A card's label and value read as one line: "Failed: 8".
+            self.parts.append(": ")
+            return
+        if tag in SKIP_TAGS:
+            self.skip = max(0, self.skip - 1)
+        elif tag == "pre":
+            self.pre = max(0, self.pre - 1)
+        elif tag in ("h1", "h2"):
+            self.parts.append("\n" + "=" * 40 + "\n")
+        elif tag in BLOCK_TAGS and tag != "tr":
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if self.skip:
+            return
+        self.parts.append(data if self.pre else re.sub(r"\s+", " ", data))
+
+
+def html_to_text(html: str) -> str:
+    """A readable plain-text rendering of a report (tables as `|`-separated rows)."""
+    parser = _TextExtractor()
+    parser.feed(html)
+    parser.close()
+    lines = [line.strip() for line in "".join(parser.parts).splitlines()]
+    text = "\n".join(lines)
+    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+
+
+def build_fleet_mail(
+    report_path: str | Path,
+    *,
+    sender: str,
+    recipients: Sequence[str],
+    subject: str,
+    report_url: str | None = None,
+) -> EmailMessage:
+    """A multipart mail of the report: text + HTML (charts as CID inline images) and the report attached.
+
+    `report_url`, when given, is where the report is published; relative links are made absolute
+    against it so they work from a mail client.
+    """
+    report_path = Path(report_path)
+    html = report_path.read_text(encoding="utf-8")
+    images: list[tuple[str, str, bytes]] = []
+
+    def to_cid(match: re.Match) -> str:
+        cid = make_msgid(domain="verl-health.local")
+        images.append((cid, match.group(1), base64.b64decode(match.group(2))))
+        return f'src="cid:{cid[1:-1]}"'
+
+    mail_html = DATA_URI_RE.sub(to_cid, html)
+    if report_url:
+        mail_html = HREF_RE.sub(lambda m: f'href="{urljoin(report_url, m.group(1))}"', mail_html)
+
+    msg = EmailMessage()
+    msg["Subject"] = subject
+    msg["From"] = sender
+    msg["To"] = ", ".join(recipients)
+    msg["Date"] = formatdate(localtime=True)
+    msg["Message-ID"] = make_msgid(domain="verl-health.local")
+    text = html_to_text(html)
+    msg.set_content(text + f"\nThe full report is attached ({report_path.name}).\n")
+    msg.add_alternative(mail_html, subtype="html")
+    html_part = msg.get_payload()[1]
+    for i, (cid, subtype, data) in enumerate(images):
+        html_part.add_related(data, maintype="image", subtype=subtype, cid=cid, filename=f"chart-{i + 1}.{subtype}",
+                              disposition="inline")
+    # Bytes, so the attached report arrives byte-identical (base64) rather than re-wrapped as text.
+    msg.add_attachment(html.encode("utf-8"), maintype="text", subtype="html", filename=report_path.name)
+    return msg
+
+
+def _setting(settings: Mapping[str, Any] | Any, key: str, default: Any = None) -> Any:
+    value = settings.get(key, default) if isinstance(settings, Mapping) else getattr(settings, key, default)
+    return default if value is None else value
+
+
+def send_mail(message: EmailMessage, smtp_settings: Mapping[str, Any] | Any) -> dict[str, tuple[int, bytes]]:
+    """Send `message` over SMTP (security 'starttls', 'ssl' or 'none'; login when a user is set).
+
+    `smtp_settings` is a mapping or object with host, port, security, user, password, timeout and,
+    optionally, ca_file (a CA bundle to trust, for a private server). Returns the refused recipients.
+    """
+    host = _setting(smtp_settings, "host")
+    if not host:
+        raise ValueError("smtp_settings has no host")
+    port = int(_setting(smtp_settings, "port", 587))
+    security = str(_setting(smtp_settings, "security", "starttls")).lower()
+    timeout = float(_setting(smtp_settings, "timeout", 30.0))
+    user = _setting(smtp_settings, "user")
+    password = _setting(smtp_settings, "password", "")
+    if security not in ("starttls", "ssl", "none"):
+        raise ValueError(f"security must be 'starttls', 'ssl' or 'none', not {security!r}")
+    context = ssl.create_default_context(cafile=_setting(smtp_settings, "ca_file"))
+    if security == "ssl":
+        client: smtplib.SMTP = smtplib.SMTP_SSL(host, port, timeout=timeout, context=context)
+    else:
+        client = smtplib.SMTP(host, port, timeout=timeout)
+    with client:
+        client.ehlo()
+        if security == "starttls":
+            client.starttls(context=context)
+            client.ehlo()
+        if user:
+            client.login(user, password)
+        refused = client.send_message(message)
+    log.info("mailed %r to %d recipient(s) via %s:%d (%s)", message["Subject"],
+             len(getaddresses(message.get_all("To", []))), host, port, security)
+    return refused

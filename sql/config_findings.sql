@@ -1,0 +1,257 @@
+-- Configuration problems the seed articles check by hand, one row per finding with its evidence line.
+-- Bound parameters: $run_ids VARCHAR[].
+with params as (
+    select
+        0.75 as safe_gpu_memory_utilization,  -- articles: keep rollout gpu_memory_utilization at 0.7-0.8
+        0.5 as imbalance_gb,                  -- articles: workers' memory should agree within 0.5 GB ...
+        0.10 as imbalance_ratio,              -- ... we also require a 10% spread so tiny models stay quiet
+        0.2 as kl_out_of_control,             -- articles: KL > 0.2 means the policy is running away
+        0.3 as clipfrac_high,                 -- articles: healthy PPO clip fraction stays below 0.3
+        0.95 as mem_fraction_oom_risk         -- articles: > 95% of device memory risks OOM
+),
+run as (
+    select *, coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1) as n_gpus
+    from runs
+    where list_contains($run_ids, run_id)
+),
+lines as (
+    select run_id, file, line_no, kind, pid, step, text
+    from log_lines
+    where list_contains($run_ids, run_id)
+),
+config_line as (
+    -- first config line naming a setting, as evidence for findings about that setting
+    select run_id, setting, arg_min(file, line_no) as file, min(line_no) as line_no, arg_min(text, line_no) as text
+    from lines
+    cross join (values ('gpu_memory_utilization'), ('ppo_mini_batch_size'), ('tensor_model_parallel_size'),
+                       ('train_batch_size'), ('ppo_micro_batch_size_per_gpu'), ('grad_clip'), ('use_kl_loss'))
+               as s(setting)
+    where kind = 'config' and contains(text, setting)
+    group by all
+),
+memory_lines as (
+    select
+        run_id, file, line_no, pid, step, text,
+        -- the head names the call site ("After building vllm rollout"): drop prefix and log-level stamp
+        trim(regexp_replace(split_part(text, ', memory allocated', 1),
+                            '^(\([^)]*\))?\s*((DEBUG|INFO|WARNING):[0-9-]+ [0-9:,]+:)?', '')) as head,
+        try_cast(regexp_extract(text, 'memory allocated \(GB\): ([0-9.]+)', 1) as double) as allocated_gb,
+        try_cast(regexp_extract(text, 'memory reserved \(GB\): ([0-9.]+)', 1) as double) as reserved_gb
+    from lines
+    where kind = 'memory' and contains(text, 'memory allocated (GB)')
+),
+memory_spread as (
+    -- the same memory-line head at the same step on different workers should show the same memory
+    select
+        run_id, step, head,
+        count(distinct pid) as workers,
+        max(allocated_gb) as max_gb, min(allocated_gb) as min_gb,
+        arg_max(file, allocated_gb) as file, arg_max(line_no, allocated_gb) as line_no,
+        arg_max(text, allocated_gb) as text
+    from memory_lines
+    where pid is not null and allocated_gb is not null
+    group by all
+),
+memory_imbalance as (
+    select
+        m.run_id, 'memory_imbalance' as finding, 'warning' as severity,
+        format('"{}": workers hold {:.2f} to {:.2f} GB allocated at step {} ({} workers); the articles expect '
+               'them within {} GB. Rollout data sharding or load balance is off.',
+               m.head, m.min_gb, m.max_gb, m.step, m.workers, p.imbalance_gb) as message,
+        m.file, m.line_no, m.text,
+        row_number() over (partition by m.run_id order by m.max_gb - m.min_gb desc, m.line_no) as rank
+    from memory_spread as m
+    cross join params as p
+    where m.workers > 1
+      and m.max_gb - m.min_gb > p.imbalance_gb
+      and m.max_gb - m.min_gb > p.imbalance_ratio * m.max_gb
+),
+logged_tp as (
+    -- what the rollout engine was actually started with (vLLM server args / engine config)
+    select
+        l.run_id, l.file, l.line_no, l.text,
+        try_cast(regexp_extract(l.text, 'tensor_parallel_size[''"]?\s*[,:=]\s*[''"]?(\d+)', 1) as bigint) as tp
+    from lines as l
+    where l.kind <> 'config' and contains(l.text, 'tensor_parallel_size')
+      and regexp_matches(l.text, 'tensor_parallel_size[''"]?\s*[,:=]\s*[''"]?\d+')
+),
+tp_mismatch as (
+    select
+        t.run_id, 'rollout_tp_mismatch', 'warning',
+        format('Config asks rollout tensor_model_parallel_size={} but the rollout engine started with {}.',
+               r.rollout_tp, t.tp),
+        t.file, t.line_no, t.text,
+        row_number() over (partition by t.run_id order by t.line_no) as rank
+    from logged_tp as t
+    join run as r using (run_id)
+    where r.rollout_tp is not null and t.tp is not null and t.tp <> r.rollout_tp
+),
+logged_n as (
+    -- the old sync rollout prints its sampling kwargs, whose `n` is the rollout n it samples with
+    select
+        l.run_id, l.file, l.line_no, l.text,
+        try_cast(regexp_extract(l.text, '[''"]n[''"]:\s*(\d+)', 1) as bigint) as n
+    from lines as l
+    where l.kind <> 'config' and contains(l.text, 'kwargs: {')
+      and regexp_matches(l.text, 'kwargs: \{.*[''"]n[''"]:\s*\d+')
+),
+n_mismatch as (
+    select
+        g.run_id, 'rollout_n_mismatch', 'warning',
+        format('Config asks rollout n={} but the rollout sampled with n={}.', r.rollout_n, g.n),
+        g.file, g.line_no, g.text,
+        row_number() over (partition by g.run_id order by g.line_no) as rank
+    from logged_n as g
+    join run as r using (run_id)
+    where r.rollout_n is not null and g.n is not null and g.n <> r.rollout_n
+),
+oom_runs as (
+    select run_id, min(line_no) as line_no, arg_min(file, line_no) as file, arg_min(message, line_no) as text
+    from run_events
+    where list_contains($run_ids, run_id) and event_class = 'cuda_oom'
+    group by all
+),
+gmu_high as (
+    select
+        r.run_id, 'gpu_memory_utilization_high_with_oom', 'error',
+        format('rollout gpu_memory_utilization={} is above the articles'' safe {} and the run hit CUDA OOM; '
+               'lower it (and max_num_batched_tokens) to leave room for the trainer.',
+               r.gpu_memory_utilization, p.safe_gpu_memory_utilization),
+        coalesce(c.file, o.file), coalesce(c.line_no, o.line_no), coalesce(c.text, o.text),
+        1 as rank
+    from run as r
+    cross join params as p
+    join oom_runs as o using (run_id)
+    left join config_line as c on c.run_id = r.run_id and c.setting = 'gpu_memory_utilization'
+    where r.gpu_memory_utilization > p.safe_gpu_memory_utilization
+),
+batch_checks(finding, severity, setting) as (
+    values
+        ('train_batch_not_divisible_by_mini_batch', 'error', 'ppo_mini_batch_size'),
+        ('mini_batch_not_divisible_by_gpus', 'warning', 'ppo_mini_batch_size'),
+        ('mini_batch_not_divisible_by_micro_batch', 'error', 'ppo_micro_batch_size_per_gpu'),
+        ('rollout_tp_does_not_divide_gpus', 'error', 'tensor_model_parallel_size')
+),
+batch_facts as (
+    select
+        r.run_id,
+        case
+            when b.finding = 'train_batch_not_divisible_by_mini_batch'
+                 and r.train_batch_size % nullif(r.ppo_mini_batch_size, 0) <> 0
+                then format('train_batch_size={} is not a multiple of ppo_mini_batch_size={}: the last mini-batch '
+                            'of every step is ragged.', r.train_batch_size, r.ppo_mini_batch_size)
+            when b.finding = 'mini_batch_not_divisible_by_gpus'
+                 and (r.ppo_mini_batch_size * coalesce(r.rollout_n, 1)) % nullif(r.n_gpus, 0) <> 0
+                then format('ppo_mini_batch_size*n = {}*{} = {} samples do not split evenly over {} GPUs.',
+                            r.ppo_mini_batch_size, coalesce(r.rollout_n, 1),
+                            r.ppo_mini_batch_size * coalesce(r.rollout_n, 1), r.n_gpus)
+            when b.finding = 'mini_batch_not_divisible_by_micro_batch'
+                 and (r.ppo_mini_batch_size * coalesce(r.rollout_n, 1)) % nullif(r.n_gpus, 0) = 0
+                 and ((r.ppo_mini_batch_size * coalesce(r.rollout_n, 1)) // nullif(r.n_gpus, 0))
+                     % nullif(r.ppo_micro_batch_size_per_gpu, 0) <> 0
+                then format('Per-GPU mini-batch {} (ppo_mini_batch_size*n/GPUs) is not a multiple of '
+                            'ppo_micro_batch_size_per_gpu={}.',
+                            (r.ppo_mini_batch_size * coalesce(r.rollout_n, 1)) // r.n_gpus,
+                            r.ppo_micro_batch_size_per_gpu)
+            when b.finding = 'rollout_tp_does_not_divide_gpus'
+                 and coalesce(r.n_gpus_per_node, 0) % nullif(r.rollout_tp, 0) <> 0
+                then format('rollout tensor_model_parallel_size={} does not divide n_gpus_per_node={}.',
+                            r.rollout_tp, r.n_gpus_per_node)
+        end as message,
+        b.finding, b.severity, b.setting
+    from run as r
+    cross join batch_checks as b
+),
+batch_findings as (
+    select f.run_id, f.finding, f.severity, f.message, c.file, c.line_no, c.text, 1 as rank
+    from batch_facts as f
+    left join config_line as c on c.run_id = f.run_id and c.setting = f.setting
+    where f.message is not null
+),
+step_signals(finding, severity, key, threshold_name, advice) as (
+    values
+        ('kl_out_of_control', 'warning', 'actor/ppo_kl', 'kl_out_of_control',
+         'the articles treat KL above {} as a policy running away: lower the lr or tighten clip_ratio / kl_coef'),
+        ('clip_fraction_high', 'warning', 'actor/pg_clipfrac', 'clipfrac_high',
+         'a clip fraction above {} means updates are too large for the clip range')
+),
+thresholds as (
+    select * from (unpivot params on kl_out_of_control, clipfrac_high
+                   into name threshold_name value threshold)
+),
+signal_hits as (
+    select
+        m.run_id, s.finding, s.severity,
+        format('{} reached {:.4g} at step {} ({} steps above); ' || s.advice || '.',
+               m.key, m.value, m.step, count(*) over (partition by m.run_id, s.finding), t.threshold) as message,
+        m.file, m.line_no,
+        row_number() over (partition by m.run_id, s.finding order by m.value desc, m.step) as rank
+    from step_metrics as m
+    join step_signals as s on s.key = m.key
+    join thresholds as t using (threshold_name)
+    where list_contains($run_ids, m.run_id) and isfinite(m.value) and m.value > t.threshold
+),
+mem_fraction_hits as (
+    select
+        h.run_id, 'memory_near_capacity' as finding, 'warning' as severity,
+        format('Reserved GPU memory reached {}% of the device at step {} ({} steps above {}%); '
+               'the articles call that an OOM risk.',
+               round(h.mem_fraction * 100, 1), h.step, count(*) over (partition by h.run_id),
+               round(p.mem_fraction_oom_risk * 100)) as message,
+        row_number() over (partition by h.run_id order by h.mem_fraction desc, h.step) as rank,
+        h.step
+    from step_health as h
+    cross join params as p
+    where list_contains($run_ids, h.run_id) and h.mem_fraction > p.mem_fraction_oom_risk
+),
+step_line as (
+    select distinct run_id, step, file, line_no from step_metrics
+    where list_contains($run_ids, run_id) and key in ('timing_s/step', 'training/global_step')
+),
+warning_findings(event_class, finding, severity, message) as (
+    values
+        ('disk_pressure', 'disk_nearly_full', 'warning',
+         'The node''s disk (Ray session dir) is nearly full: object spilling and checkpoints will fail. Clean /tmp/ray.'),
+        ('kv_cache_preemption', 'kv_cache_too_small', 'warning',
+         'vLLM preempted sequences for lack of KV-cache space, which slows generation: raise '
+         'gpu_memory_utilization or lower max_num_seqs / max_num_batched_tokens.')
+),
+event_findings as (
+    select
+        e.run_id, w.finding, w.severity,
+        w.message || format(' ({} such lines.)', count(*) over (partition by e.run_id, w.finding)) as message,
+        e.file, e.line_no, e.message as text,
+        row_number() over (partition by e.run_id, w.finding order by e.line_no) as rank
+    from run_events as e
+    join warning_findings as w using (event_class)
+    where list_contains($run_ids, e.run_id)
+),
+all_findings as (
+    select run_id, finding, severity, message, file, line_no, text from memory_imbalance where rank = 1
+    union all
+    select * exclude (rank) from tp_mismatch where rank = 1
+    union all
+    select * exclude (rank) from n_mismatch where rank = 1
+    union all
+    select * exclude (rank) from gmu_high
+    union all
+    select * exclude (rank) from batch_findings
+    union all
+    select s.run_id, s.finding, s.severity, s.message, s.file, s.line_no, l.text
+    from signal_hits as s
+    left join lines as l using (run_id, file, line_no)
+    where s.rank = 1
+    union all
+    select h.run_id, h.finding, h.severity, h.message, sl.file, sl.line_no, l.text
+    from mem_fraction_hits as h
+    left join step_line as sl using (run_id, step)
+    left join lines as l on l.run_id = sl.run_id and l.file = sl.file and l.line_no = sl.line_no
+    where h.rank = 1
+    union all
+    select * exclude (rank) from event_findings where rank = 1
+)
+select
+    run_id, finding, severity, message,
+    file as evidence_file, line_no as evidence_line_no, text as evidence_text
+from all_findings
+order by run_id, finding

@@ -1,0 +1,130 @@
+"""Open the run and fleet reports in headless Debian Chromium, take screenshots, check everything loaded."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from datetime import date
+from pathlib import Path
+
+import pytest
+from report_fixtures import build_warehouse, every_class_specs
+
+from pipeline.report import render_fleet_report, render_run_report
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--hide-scrollbars", "--disable-dev-shm-usage")
+
+
+def _require_browser() -> None:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).is_file()]
+    if not missing:
+        return
+    reason = f"headless Chromium not installed ({', '.join(missing)} missing); run .ci/install_browser.sh"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    root = tmp_path_factory.mktemp("browser")
+    warehouse = build_warehouse(root / "wh", every_class_specs())
+    out = root / "reports"
+    for run_id in ("run-cuda-oom", "run-anomalous", "run-hostile"):
+        render_run_report(warehouse, run_id, out)
+    render_fleet_report(warehouse, out, date(2026, 11, 28))
+    return out
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    _require_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    options.add_argument("--window-size=1280,900")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    drv.set_page_load_timeout(60)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+def _open_and_check(driver, page: Path, shot: Path, min_images: int) -> None:
+    driver.get(page.resolve().as_uri())
+    assert driver.execute_script("return document.readyState") == "complete"
+    images = driver.execute_script(
+        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight, i.alt])"
+    )
+    assert len(images) >= min_images
+    broken = [alt for complete, width, height, alt in images if not (complete and width > 0 and height > 0)]
+    assert not broken, f"images that failed to load: {broken}"
+    failed = driver.execute_script(
+        "return performance.getEntriesByType('resource').filter(e => e.responseStatus >= 400"
+        " || (e.transferSize === 0 && e.decodedBodySize === 0 && !e.name.startsWith('data:'))).map(e => e.name)"
+    )
+    assert not failed, f"resources that failed to load: {failed}"
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe
+    text = driver.execute_script("return document.body.innerText")
+    assert len(text) > 500
+    height = driver.execute_script("return document.getElementById('verdict').getBoundingClientRect().height")
+    assert height > 40
+
+    full = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, min(int(full) + 40, 16000))
+    assert driver.save_screenshot(str(shot))
+    driver.set_window_size(1280, 900)
+    from PIL import Image
+
+    with Image.open(io.BytesIO(shot.read_bytes())) as img:
+        colors = img.convert("RGB").getcolors(maxcolors=1 << 20)
+        assert img.width >= 1000 and img.height > 1000
+        assert colors is None or len(colors) > 50, "the page looks blank"
+    keep = os.environ.get("VERL_HEALTH_SCREENSHOTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / shot.name)
+
+
+def test_run_report_renders_in_chromium(driver, reports, tmp_path):
+    _open_and_check(driver, reports / "runs" / "run-cuda-oom.html", tmp_path / "run-report.png", min_images=2)
+    assert driver.find_element("css selector", "#verdict .headline").text == "CUDA OOM"
+
+
+def test_anomalous_run_report_renders_in_chromium(driver, reports, tmp_path):
+    _open_and_check(driver, reports / "runs" / "run-anomalous.html", tmp_path / "run-report-anomalous.png",
+                    min_images=2)
+
+
+def test_fleet_report_renders_and_links_to_run_reports(driver, reports, tmp_path):
+    _open_and_check(driver, reports / "fleet" / "latest.html", tmp_path / "fleet-report.png", min_images=3)
+    link = driver.find_element("css selector", "#attention-table a[href$='run-cuda-oom.html']")
+    link.click()
+    assert driver.current_url == (reports / "runs" / "run-cuda-oom.html").resolve().as_uri()
+    assert driver.find_element("css selector", "#run-id").text == "run-cuda-oom"
+
+
+def test_hostile_log_text_does_not_run(driver, reports, tmp_path):
+    from selenium.common.exceptions import NoAlertPresentException
+
+    _open_and_check(driver, reports / "runs" / "run-hostile.html", tmp_path / "run-report-hostile.png",
+                    min_images=2)
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert.text  # noqa: B018
+    cause = driver.find_element("css selector", "#root-cause-context .cause").text
+    assert "<script>alert('pwned')</script>" in cause

@@ -1,0 +1,211 @@
+"""Derive tables on small hand-made lakes: exact values, shares, failure classes and root-cause lines."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+import duckdb
+import pytest
+
+from pipeline import derive
+from pipeline.lake import connect
+from tests.test_derive_helpers import RunBuilder, timings
+
+OOM_TEXT = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 13.91 GiB. GPU 0 has a total capacity "
+            "of 79.11 GiB of which 8.85 GiB is free.")
+
+
+def oom_run() -> RunBuilder:
+    b = RunBuilder("oom-a", total_training_steps=5, gpu_memory_utilization=0.9)
+    b.line("{'actor_rollout_ref': {'rollout': {'gpu_memory_utilization': 0.9,", "config")
+    b.line("Total training steps: 5")
+    for s in (1, 2, 3):
+        b.step(s, timings())
+    b.line("(WorkerDict pid=7) Traceback (most recent call last):", "error")
+    b.line('(WorkerDict pid=7)   File "/verl/workers/fsdp_workers.py", line 893, in compute_log_prob', "error",
+           phase="old_log_prob")
+    oom_line = b.line("(WorkerDict pid=7) " + OOM_TEXT, "error")
+    b.line("Error executing job with overrides: ['algorithm.adv_estimator=grpo']", "error")
+    b.line("Traceback (most recent call last):", "error")
+    b.line("ray.exceptions.RayTaskError(OutOfMemoryError): ray::TaskRunner.run() (pid=1, ip=10.0.0.1)", "error")
+    b.line(OOM_TEXT, "error")
+    b.line("Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", "error")
+    b.oom_line = oom_line
+    return b
+
+
+def completed_run() -> RunBuilder:
+    b = RunBuilder("done-b", total_training_steps=4)
+    t0 = datetime(2026, 11, 2, 8, 0, 0)
+    for s in (1, 2, 3, 4):
+        b.line(f"INFO:{t0 + timedelta(seconds=30 * s)}:step begins", ts=t0 + timedelta(seconds=30 * s))
+        b.step(s, timings(gen=12.0 + s))
+    b.line("(raylet) A worker died or was killed while executing a task by an unexpected system error. "
+           "Worker exit type: SYSTEM_ERROR. The process receives a SIGTERM.", "error")
+    return b
+
+
+def hang_run() -> RunBuilder:
+    b = RunBuilder("hang-c", total_training_steps=10)
+    b.step(1, timings())
+    b.step(2, timings(**{"actor/pg_loss": float("nan"), "actor/grad_norm": float("inf")}))
+    b.line("(WorkerDict pid=9) DEBUG:2026-11-02 08:00:00,000:dp actor Before update_policy, memory allocated (GB): "
+           "40.00, memory reserved (GB): 44.00, device memory used/total (GB): 50.00/80.00", "memory",
+           phase="update_actor")
+    b.line("(WorkerDict pid=10) DEBUG:2026-11-02 08:00:00,000:dp actor Before update_policy, memory allocated (GB): "
+           "20.00, memory reserved (GB): 24.00, device memory used/total (GB): 30.00/80.00", "memory",
+           phase="update_actor")
+    return b
+
+
+def resumed_run() -> RunBuilder:
+    b = RunBuilder("resume-d", total_training_steps=6)
+    for s in (1, 2, 3):
+        b.step(s, timings())
+    b.line("(TaskRunner pid=100) Killed", "error")
+    b.restart()
+    b.step(2, {"val-core/gsm8k/acc/mean@1": 0.4})
+    for s in (3, 4, 5, 6):
+        b.step(s, timings(update_actor=9.0))
+    return b
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory):
+    wh = tmp_path_factory.mktemp("wh")
+    builders = [oom_run(), completed_run(), hang_run(), resumed_run()]
+    for b in builders:
+        b.write(wh)
+    counts = derive.derive_run_tables(wh, [b.run_id for b in builders])
+    fleet = derive.derive_fleet_tables(wh)
+    return wh, {b.run_id: b for b in builders}, counts, fleet
+
+
+def summary(wh, run_id):
+    con = connect(wh)
+    cur = con.execute("select * from run_summary where run_id = $r", {"r": run_id})
+    cols = [d[0] for d in cur.description]
+    return dict(zip(cols, cur.fetchone(), strict=True))
+
+
+def test_sql_files_exist_and_bind_run_ids():
+    for name in derive.RUN_TABLES:
+        assert "$run_ids" in derive.sql_text(name)
+    for name in derive.RUN_TABLES + derive.FLEET_TABLES:
+        text = derive.sql_text(name)
+        assert "group by all" in text or "group by" not in text
+
+
+def test_counts_and_catalog(warehouse):
+    wh, builders, counts, fleet = warehouse
+    assert counts["step_phases"] == 3 + 4 + 2 + 6
+    assert counts["run_summary"] == 4
+    assert fleet["fleet_daily"] >= 1
+    con = duckdb.connect(str(wh / "warehouse.duckdb"), read_only=True)
+    views = {r[0] for r in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
+    assert set(derive.RUN_TABLES + derive.FLEET_TABLES) <= views
+
+
+def test_phase_columns_equal_timers_and_shares_sum_to_one(warehouse):
+    wh, builders, _, _ = warehouse
+    con = connect(wh)
+    rows = con.execute("select * from step_phases where run_id = 'done-b' order by step").fetchall()
+    cols = [d[0] for d in con.description]
+    for row in rows:
+        r = dict(zip(cols, row, strict=True))
+        assert r["gen"] == 12.0 + r["step"]
+        assert r["update_actor"] == 8.0
+        assert math.isclose(r["other_time"], 0.5)
+        shares = sum(v for k, v in r.items() if k.startswith("share_") and v is not None)
+        assert math.isclose(shares, 1.0, abs_tol=1e-9)
+        assert r["bottleneck_phase"] == "gen"
+        assert math.isclose(r["tpt_gen"], r["gen"] * 1000 / 40000)
+        assert r["throughput"] == pytest.approx(40000 / (r["step_time"] * 8))
+    walls = [dict(zip(cols, row, strict=True))["wall_time_s"] for row in rows]
+    assert walls == [None, 30.0, 30.0, 30.0]
+
+
+def test_resumed_run_keeps_later_segment(warehouse):
+    wh, _, _, _ = warehouse
+    con = connect(wh)
+    got = con.execute("select step, segment, update_actor from step_phases where run_id = 'resume-d' order by step"
+                      ).fetchall()
+    assert got == [(1, 0, 8.0), (2, 0, 8.0), (3, 1, 9.0), (4, 1, 9.0), (5, 1, 9.0), (6, 1, 9.0)]
+    s = summary(wh, "resume-d")
+    assert s["failure_class"] == "completed" and s["last_step"] == 6 and s["resume_count"] == 1
+    # step 3 ran twice: the first attempt is wasted
+    assert 0 < s["goodput"] < 1
+
+
+def test_oom_run_summary(warehouse):
+    wh, builders, _, _ = warehouse
+    s = summary(wh, "oom-a")
+    assert s["failure_class"] == "cuda_oom"
+    assert s["last_step"] == 3 and s["expected_steps"] == 5
+    assert s["completion"] == pytest.approx(0.6)
+    assert (s["root_cause_file"], s["root_cause_line_no"]) == ("train.log", builders["oom-a"].oom_line)
+    assert s["root_cause_text"].startswith("torch.OutOfMemoryError: CUDA out of memory")
+    assert s["failure_phase"] == "old_log_prob"
+    assert s["bottleneck_phase"] == "gen"
+    assert s["median_step_s"] == pytest.approx(25.0)
+
+
+def test_completed_run_ignores_shutdown_noise(warehouse):
+    wh, _, _, _ = warehouse
+    s = summary(wh, "done-b")
+    assert s["failure_class"] == "completed" and s["last_step"] == 4
+    assert s["root_cause_text"] is None
+
+
+def test_hang_names_phase(warehouse):
+    wh, _, _, _ = warehouse
+    s = summary(wh, "hang-c")
+    assert s["failure_class"] == "hang" and s["last_step"] == 2 and s["failure_phase"] == "update_actor"
+
+
+def test_run_events_classes(warehouse):
+    wh, builders, _, _ = warehouse
+    con = connect(wh)
+    got = dict(con.execute("select message, event_class from run_events where run_id = 'oom-a'").fetchall())
+    assert got[OOM_TEXT] == "cuda_oom"
+    assert got["Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."] == "hydra_wrapper"
+    assert got["Traceback (most recent call last):"] == "traceback"
+    assert any(v == "ray_task_error:OutOfMemoryError" for v in got.values())
+    phases = dict(con.execute("select line_no, phase from run_events where run_id = 'oom-a'").fetchall())
+    assert phases[builders["oom-a"].oom_line] == "old_log_prob"
+
+
+def test_config_findings(warehouse):
+    wh, _, _, _ = warehouse
+    con = connect(wh)
+    found = {(r, f) for r, f in con.execute("select run_id, finding from config_findings").fetchall()}
+    assert ("oom-a", "gpu_memory_utilization_high_with_oom") in found
+    assert ("hang-c", "memory_imbalance") in found
+    ev = con.execute("select evidence_line_no, evidence_text from config_findings "
+                     "where finding = 'gpu_memory_utilization_high_with_oom'").fetchone()
+    assert ev[0] == 1 and "gpu_memory_utilization" in ev[1]
+
+
+def test_step_health(warehouse):
+    wh, _, _, _ = warehouse
+    con = connect(wh)
+    r = con.execute("select ppo_kl, entropy, grad_norm, score_mean, has_nan from step_health "
+                    "where run_id = 'oom-a' and step = 1").fetchone()
+    assert r == (0.001, 0.4, 0.3, 0.5, False)
+    val = con.execute("select val_core_mean from step_health where run_id = 'resume-d' and step = 2").fetchone()
+    assert val == (0.4,)
+    # NaN and inf are seen even though Parquet statistics leave them out
+    nan = con.execute("select step, has_nan, nan_keys from step_health where run_id = 'hang-c' order by step").fetchall()
+    assert nan == [(1, False, None), (2, True, ["actor/grad_norm", "actor/pg_loss"])]
+
+
+def test_fleet_tables(warehouse):
+    wh, _, _, _ = warehouse
+    con = connect(wh)
+    total = con.execute("select sum(runs), sum(cuda_oom), sum(hang), sum(completed) from fleet_daily").fetchone()
+    assert total == (4, 1, 1, 2)
+    groups = con.execute("select runs, steps from fleet_config_groups").fetchall()
+    assert groups == [(4, 15)]
+    base = con.execute("select count(*) from run_baselines").fetchone()
+    assert base == (4,)

@@ -1,0 +1,221 @@
+"""Ingest of every verl line format: number formats, prefixes, CR, wrapping, JSONL, seed formats, resumes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.test_ingest_helpers import ingest_root, ingest_text, same, values
+
+NP2 = (
+    "(TaskRunner pid=3165) step:71 - global_seqlen/min:69484 - actor/entropy:0.1194450631737709 - "
+    "critic/vf_loss:np.float64(0.007003280876688223) - actor/lr:np.float64(1e-06) - "
+    "timing_s/agent_loop/slowest/num_preempted:np.int64(-1) - actor/pg_loss:np.float64(nan) - "
+    "actor/grad_norm:inf - critic/x:-inf - response/aborted:True - timing_s/gen:4.229507855139673\n"
+)
+BARE = "(TaskRunner pid=247607) step:1 - actor/pg_loss:-0.0036091046008680547 - actor/lr:1e-06 - training/epoch:0\n"
+V04 = "step:1 - global_seqlen/min:484245.000 - actor/ppo_kl:-0.000 - training/global_step:1.000 - x:nan\n"
+
+
+def test_three_number_formats(tmp_path):
+    run = ingest_text(tmp_path, NP2 + BARE + V04)
+    v = values(run)
+    assert v[(71, "critic/vf_loss")] == 0.007003280876688223
+    assert v[(71, "actor/lr")] == 1e-06
+    assert v[(71, "timing_s/agent_loop/slowest/num_preempted")] == -1
+    assert math.isnan(v[(71, "actor/pg_loss")])
+    assert v[(71, "actor/grad_norm")] == math.inf and v[(71, "critic/x")] == -math.inf
+    assert v[(71, "response/aborted")] == 1.0
+    assert v[(1, "actor/pg_loss")] == -0.0036091046008680547
+    assert v[(1, "global_seqlen/min")] == 484245.0 and v[(1, "training/global_step")] == 1.0
+    assert math.isnan(v[(1, "x")])
+    assert run.run["n_parse_failures"] == 0
+    assert run.run["verl_format"] == "np2"
+    assert {m["source"] for m in run.metrics} == {"console"}
+    assert [ln["kind"] for ln in run.lines] == ["step_metrics"] * 3
+
+
+def test_v04_format_detected(tmp_path):
+    run = ingest_text(tmp_path, V04.replace(" - x:nan", "") * 2)
+    assert run.run["verl_format"] == "v04"
+
+
+def test_ray_prefixes_ansi_and_repeated_suffix(tmp_path):
+    text = (
+        "\x1b[36m(main_task pid=12)\x1b[0m step:1 - a:1.5 - b:2\n"
+        "\x1b[36m(WorkerDict pid=169054, ip=10.1.2.3)\x1b[0m step:2 - a:2.5 [repeated 2x across cluster] "
+        "(Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication)\n"
+        "(pid=77) hello\n"
+        "\x1b[33m(raylet)\x1b[0m [2025-12-07 09:57:19,206 E 393463 393463] (raylet) node_manager.cc:3277: "
+        "2 Workers (tasks / actors) killed due to memory pressure (OOM)\n"
+    )
+    run = ingest_text(tmp_path, text)
+    v = values(run)
+    assert v == {(1, "a"): 1.5, (1, "b"): 2.0, (2, "a"): 2.5}
+    assert [ln["component"] for ln in run.lines] == ["main_task", "WorkerDict", "pid", "raylet"]
+    assert [ln["pid"] for ln in run.lines] == [12, 169054, 77, None]
+    assert not any("\x1b" in ln["text"] for ln in run.lines)
+    assert run.lines[3]["kind"] == "error"
+    assert str(run.lines[3]["ts"]) == "2025-12-07 09:57:19.206000"
+
+
+def test_step_line_after_carriage_return_and_crlf(tmp_path):
+    text = "Training Progress:  16%|##  | 1/6 [00:10<00:50, 10.0s/it]\rstep:1 - a:1 - b:2\r\nnext line\r\n"
+    run = ingest_text(tmp_path, text.encode())
+    assert values(run) == {(1, "a"): 1.0, (1, "b"): 2.0}
+    assert [ln["text"] for ln in run.lines][1] == "next line"
+    assert "\r" in run.lines[0]["text"]
+    assert any("CRLF" in p for p in run.run["problems"])
+
+
+def test_partial_pairs_kept_and_failures_counted(tmp_path):
+    run = ingest_text(tmp_path, "step:3 - a:1 - b:oops - c:np.float64(2.5) - nocolon - d:\n")
+    assert values(run) == {(3, "a"): 1.0, (3, "c"): 2.5}
+    assert run.run["n_parse_failures"] == 3
+    assert run.result.n_parse_failures == 3
+
+
+def test_hard_wrapped_step_line_reassembled(tmp_path):
+    full = "(TaskRunner pid=1) step:7 - " + " - ".join(f"metric/key_{i}:{i}.{i}{i}{i}" for i in range(40))
+    width = 100
+    pieces = [full[i : i + width] for i in range(0, len(full), width)]
+    run = ingest_text(tmp_path, "\n".join(pieces) + "\n(TaskRunner pid=1) after\n")
+    v = values(run)
+    assert len(v) == 40
+    assert v[(7, "metric/key_39")] == float("39.393939")
+    assert len(run.lines) == len(pieces) + 1
+    assert {ln["kind"] for ln in run.lines[: len(pieces)]} == {"step_metrics"}
+
+
+def test_jsonl_logger_null_is_nan_and_console_wins(tmp_path):
+    root = tmp_path / "archive" / "run-j"
+    (root / "logs").mkdir(parents=True)
+    (root / "train.log").write_text("step:1 - a:1.0 - b:2.0\nstep:2 - a:3.0\n")
+    rows = [
+        {"step": 1, "data": {"a": 9.0, "b": None, "c": 5}},
+        {"step": 2, "data": {"a": 8.0, "d": None}},
+        {"step": 3, "data": {"a": 7.0}},
+    ]
+    (root / "logs" / "exp.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + '\n{"step":4,"da')
+    run = ingest_root(tmp_path / "archive", tmp_path / "wh")["run-j"]
+    got = {(m["step"], m["key"]): (m["value"], m["source"]) for m in run.metrics}
+    assert got[(1, "a")] == (1.0, "console")
+    assert got[(1, "b")] == (2.0, "console")
+    assert got[(1, "c")] == (5.0, "jsonl")
+    assert math.isnan(got[(2, "d")][0]) and got[(2, "d")][1] == "jsonl"
+    assert got[(3, "a")] == (7.0, "jsonl")
+    assert run.run["n_parse_failures"] == 1
+    assert len(run.lines) == 6
+    assert {ln["file"] for ln in run.lines} == {"train.log", "logs/exp.jsonl"}
+
+
+def test_seed_article_formats(tmp_path):
+    text = (
+        "[2025-04-05 10:32:15] [INFO] [actor_worker_0] step=1200, episode_reward=8.76, kl_div=0.12, response_len=128\n"
+        "[INFO] step: gen: 2487.3ms\n"
+        "[INFO] step: update_actor: 500ms\n"
+    )
+    run = ingest_text(tmp_path, text)
+    got = {(m["step"], m["key"]): (m["value"], m["source"]) for m in run.metrics}
+    assert got[(1200, "episode_reward")] == (8.76, "seed_kv")
+    assert got[(1200, "response_len")] == (128.0, "seed_kv")
+    assert got[(1201, "timing_s/gen")] == (pytest.approx(2.4873), "seed_timing")
+    assert got[(1201, "timing_s/update_actor")] == (0.5, "seed_timing")
+    assert run.run["verl_format"] == "seed_kv"
+    assert str(run.lines[0]["ts"]) == "2025-04-05 10:32:15"
+
+
+CONFIG = """(TaskRunner pid=5) {'actor_rollout_ref': {'actor': {'strategy': 'fsdp', 'optim': {'lr': 1e-06}},
+(TaskRunner pid=5)                        'rollout': {'n': 8, 'name': 'vllm'}},
+(TaskRunner pid=5)  'trainer': {'project_name': 'p', 'experiment_name': 'e%s'}}
+(TaskRunner pid=5) Total training steps: %d
+"""
+
+
+def test_resume_segments_later_segment_wins(tmp_path):
+    text = (
+        CONFIG % ("1", 10)
+        + "step:0 - val:0.1\nstep:1 - a:1.0 - b:1.0\nstep:2 - a:2.0\n(WorkerDict pid=9) working\n"
+        + CONFIG % ("2", 20)
+        + "step:1 - val:0.2\nstep:2 - a:20.0\nstep:3 - a:3.0\n"
+    )
+    run = ingest_text(tmp_path, text)
+    got = {(m["step"], m["key"]): (m["value"], m["segment"]) for m in run.metrics}
+    assert got[(2, "a")] == (20.0, 1)
+    assert got[(1, "a")] == (1.0, 0)
+    assert got[(1, "val")] == (0.2, 1)
+    assert got[(3, "a")] == (3.0, 1)
+    assert run.run["n_segments"] == 2
+    assert run.run["experiment_name"] == "e2" and run.run["total_training_steps"] == 20
+    assert len(run.lines) == text.count("\n")
+    by_text = {ln["text"]: ln for ln in run.lines}
+    assert by_text["(WorkerDict pid=9) working"]["step"] == 3
+    assert by_text["(WorkerDict pid=9) working"]["segment"] == 0
+    assert by_text["step:2 - a:2.0"]["step"] == 2
+    assert by_text["step:3 - a:3.0"]["segment"] == 1
+    assert {ln["kind"] for ln in run.lines if ln["text"].startswith("(TaskRunner pid=5) ")} == {"config"}
+
+
+def test_step_in_progress_and_phase_hints(tmp_path):
+    text = (
+        "before\n"
+        "step:4 - a:1\n"
+        "(WorkerDict pid=2) DEBUG:2025-06-28 18:06:41,828:dp actor Before update_policy, memory allocated (GB): "
+        "1.84, memory reserved (GB): 3.68, device memory used/total (GB): 4.11/23.59\n"
+        "(WorkerDict pid=2) After update_policy, memory allocated (GB): 2.5, memory reserved (GB): 3.0\n"
+        "ray::WorkerDict.actor_rollout_generate_sequences() (pid=1)\n"
+        "ray::WorkerDict.actor_rollout_compute_log_prob()\n"
+        "ray::WorkerDict.ref_compute_ref_log_prob()\n"
+        "WARNING:2025-11-28 16:00:45,396:Async request timed out\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 3, in f\n'
+        "    raise ValueError('x')\n"
+        "ValueError: x\n"
+    )
+    run = ingest_text(tmp_path, text)
+    lines = run.lines
+    assert [ln["step"] for ln in lines[:3]] == [0, 4, 5]
+    assert [ln["kind"] for ln in lines] == [
+        "other",
+        "step_metrics",
+        "memory",
+        "memory",
+        "other",
+        "other",
+        "other",
+        "warning",
+        "error",
+        "error",
+        "error",
+        "error",
+    ]
+    assert [ln["phase_hint"] for ln in lines[2:7]] == [
+        "update_actor",
+        "update_actor",
+        "gen",
+        "old_log_prob",
+        "ref",
+    ]
+    v = values(run)
+    assert v[(5, "memory/allocated_gb_max")] == 2.5
+    assert v[(5, "memory/reserved_gb_max")] == 3.68
+    assert v[(5, "memory/device_used_gb_max")] == 4.11
+    assert v[(5, "memory/device_total_gb")] == 23.59
+
+
+def test_reingest_gives_identical_content(tmp_path):
+    text = CONFIG % ("1", 10) + NP2 + BARE + "noise\n" * 50
+    first = ingest_text(tmp_path, text)
+    second = ingest_root(tmp_path / "archive", tmp_path / "wh")[first.entry.run_id]
+    assert first.lines == second.lines
+    assert len(first.metrics) == len(second.metrics)
+    assert all(
+        same(a["value"], b["value"]) and a["key"] == b["key"]
+        for a, b in zip(first.metrics, second.metrics, strict=True)
+    )
+    drop = {"ingested_at"}
+    assert {k: v for k, v in first.run.items() if k not in drop} == {
+        k: v for k, v in second.run.items() if k not in drop
+    }

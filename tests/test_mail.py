@@ -1,0 +1,196 @@
+"""The fleet report mailed through a real local SMTP server (aiosmtpd) with STARTTLS and login."""
+
+from __future__ import annotations
+
+import datetime as dt
+import email
+import email.policy
+import ipaddress
+import logging
+import smtplib
+import socket
+import ssl
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from report_fixtures import build_warehouse, every_class_specs, parse_html
+
+from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
+
+USER, PASSWORD = "reporter", "s3cret-Pa55"
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    """A self-signed certificate for 127.0.0.1; the client trusts it through `ca_file`."""
+    folder = tmp_path_factory.mktemp("tls")
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                    x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
+class Inbox:
+    def __init__(self):
+        self.messages: list[tuple[str, list[str], bytes]] = []
+        self.logins: list[str] = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append((envelope.mail_from, list(envelope.rcpt_tos), envelope.original_content
+                              or envelope.content))
+        return "250 OK"
+
+    def authenticate(self, server, session, envelope, mechanism, auth_data):
+        ok = isinstance(auth_data, LoginPassword) and auth_data.login == USER.encode() \
+            and auth_data.password == PASSWORD.encode()
+        if ok:
+            self.logins.append(mechanism)
+        return AuthResult(success=ok, handled=False)
+
+
+def free_port() -> int:
+    # aiosmtpd's Controller probes its own port when starting, so it needs a concrete one.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _server_context(certificate) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(*certificate)
+    return ctx
+
+
+@pytest.fixture()
+def starttls_server(certificate):
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), tls_context=_server_context(certificate),
+                            require_starttls=True, auth_required=True, authenticator=inbox.authenticate)
+    controller.start()
+    try:
+        yield inbox, controller.port
+    finally:
+        controller.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet_report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mailfleet")
+    warehouse = build_warehouse(root / "wh", every_class_specs())
+    return render_fleet_report(warehouse, root / "reports", dt.date(2026, 11, 28))
+
+
+def settings(port, certificate, **overrides):
+    base = {"host": "127.0.0.1", "port": port, "security": "starttls", "user": USER, "password": PASSWORD,
+            "timeout": 10, "ca_file": str(certificate[0])}
+    base.update(overrides)
+    return base
+
+
+def test_fleet_mail_arrives_with_parts_inline_images_and_attachment(starttls_server, certificate, fleet_report,
+                                                                     caplog):
+    inbox, port = starttls_server
+    message = build_fleet_mail(fleet_report, sender="verl-health@example.org",
+                               recipients=["a@example.org", "b@example.org"], subject="verl-health fleet 2026-11-28")
+    with caplog.at_level(logging.DEBUG, logger="pipeline"):
+        refused = send_mail(message, settings(port, certificate))
+    assert refused == {}
+    assert inbox.logins, "the client logged in"
+    ours = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("pipeline"))
+    assert "mailed" in ours and PASSWORD not in ours
+
+    [(mail_from, rcpts, raw)] = inbox.messages
+    assert mail_from == "verl-health@example.org"
+    assert rcpts == ["a@example.org", "b@example.org"]
+    assert PASSWORD.encode() not in raw
+    got = email.message_from_bytes(raw, policy=email.policy.default)
+    assert got["Subject"] == "verl-health fleet 2026-11-28"
+    assert got.get_content_type() == "multipart/mixed"
+    alternative, attachment = got.get_payload()
+    assert alternative.get_content_type() == "multipart/alternative"
+    plain, related = alternative.get_payload()
+    assert plain.get_content_type() == "text/plain"
+    assert "runs need attention" in plain.get_content()
+    assert "<script" not in plain.get_content() or "alert" in plain.get_content()
+    assert related.get_content_type() == "multipart/related"
+    html_part, *images = related.get_payload()
+    assert html_part.get_content_type() == "text/html"
+    doc = parse_html(html_part.get_content())
+    cids = [img.attrs["src"] for img in doc.find_all("img")]
+    assert len(cids) == 3 and all(src.startswith("cid:") for src in cids)
+    inline = {f"cid:{p['Content-ID'].strip('<>')}": p for p in images}
+    assert set(cids) == set(inline)
+    for part in inline.values():
+        assert part.get_content_type() == "image/png"
+        assert part.get_content_disposition() == "inline"
+        assert part.get_content()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert attachment.get_content_disposition() == "attachment"
+    assert attachment.get_filename() == fleet_report.name
+    assert attachment.get_payload(decode=True) == fleet_report.read_bytes()
+    assert not parse_html(html_part.get_content()).find_all("script")
+
+
+def test_links_become_absolute_when_the_report_is_published(fleet_report):
+    message = build_fleet_mail(fleet_report, sender="s@example.org", recipients=["r@example.org"], subject="x",
+                               report_url="https://reports.example.org/fleet/latest.html")
+    html = message.get_body(("html",)).get_content()
+    hrefs = [a.attrs["href"] for a in parse_html(html).find_all("a") if not a.attrs["href"].startswith("#")]
+    assert hrefs and all(h.startswith("https://reports.example.org/") for h in hrefs)
+    assert "https://reports.example.org/runs/run-cuda-oom.html" in hrefs
+
+
+def test_wrong_password_is_refused_and_not_logged(starttls_server, certificate, fleet_report, caplog):
+    _, port = starttls_server
+    message = build_fleet_mail(fleet_report, sender="s@example.org", recipients=["r@example.org"], subject="x")
+    with caplog.at_level(logging.DEBUG, logger="pipeline"), pytest.raises(smtplib.SMTPAuthenticationError) as err:
+        send_mail(message, settings(port, certificate, password="wrong-Secret-99"))
+    ours = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("pipeline"))
+    assert "wrong-Secret-99" not in ours and "wrong-Secret-99" not in str(err.value)
+
+
+def test_untrusted_certificate_is_refused(starttls_server, certificate, fleet_report):
+    _, port = starttls_server
+    message = build_fleet_mail(fleet_report, sender="s@example.org", recipients=["r@example.org"], subject="x")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        send_mail(message, settings(port, certificate, ca_file=None))
+
+
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+def test_implicit_ssl(certificate, fleet_report):
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), ssl_context=_server_context(certificate),
+                            auth_required=True, authenticator=inbox.authenticate,
+                            # aiosmtpd only counts STARTTLS as TLS; this whole connection is TLS.
+                            auth_require_tls=False)
+    controller.start()
+    try:
+        message = build_fleet_mail(fleet_report, sender="s@example.org", recipients=["r@example.org"], subject="ssl")
+        send_mail(message, settings(controller.port, certificate, security="ssl"))
+    finally:
+        controller.stop()
+    assert len(inbox.messages) == 1 and inbox.logins
+
+
+def test_bad_security_setting_is_refused(fleet_report):
+    message = build_fleet_mail(fleet_report, sender="s@example.org", recipients=["r@example.org"], subject="x")
+    with pytest.raises(ValueError, match="security"):
+        send_mail(message, {"host": "127.0.0.1", "port": 1, "security": "tls-please"})

@@ -1,0 +1,73 @@
+"""Two materialisations at once over overlapping runs corrupt nothing: every partition equals a single run's."""
+
+import subprocess
+import sys
+
+import duckdb
+import pyarrow.parquet as pq
+from operate_support import ROOT, need, simulate
+
+from pipeline import lake
+
+TABLES = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
+          "config_findings"]
+VOLATILE = {"ingested_at"}
+WORKER = """
+import sys
+from dagster import DagsterInstance, materialize
+from pipeline import lake
+from pipeline.definitions import build_definitions
+archive, warehouse, reports, rounds, *run_ids = sys.argv[1:]
+defs = build_definitions(archive, warehouse, reports, quiet_period_s=0)
+instance = DagsterInstance.ephemeral()
+instance.add_dynamic_partitions("run_id", run_ids)
+for _ in range(int(rounds)):
+    for run_id in run_ids:
+        result = materialize(list(defs.assets), instance=instance, resources=defs.resources,
+                             selection={tables}, partition_key=run_id)
+        assert result.success, run_id
+        lake.refresh_catalog(warehouse)
+"""
+
+
+def _materialize(archive, warehouse, reports, run_ids, rounds=1):
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER.format(tables=TABLES), str(archive), str(warehouse), str(reports),
+         str(rounds), *run_ids],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def _finish(proc, timeout_s=600):
+    out, _ = proc.communicate(timeout=timeout_s)
+    assert proc.returncode == 0, out[-4000:]
+
+
+def _partition(warehouse, table, run_id):
+    data = pq.read_table(lake.run_partition_dir(warehouse, table, run_id) / "part-0.parquet")
+    return data.drop_columns([c for c in data.column_names if c in VOLATILE])
+
+
+def test_overlapping_materialisations(tmp_path):
+    need("pipeline.ingest", "discover_runs", "ingest_run")
+    labels = simulate(tmp_path / "sim", runs=4, seed=9)
+    run_ids = sorted(labels["runs"])
+    archive, reports = tmp_path / "sim" / "archive", tmp_path / "reports"
+
+    _finish(_materialize(archive, tmp_path / "reference", reports, run_ids))
+    shared = tmp_path / "shared"
+    first = _materialize(archive, shared, reports, run_ids[:3], rounds=2)
+    second = _materialize(archive, shared, reports, run_ids[1:], rounds=2)
+    _finish(first)
+    _finish(second)
+
+    for table in TABLES:
+        leftovers = [p.name for p in lake.table_dir(shared, table).iterdir() if p.name.startswith(".")]
+        assert leftovers == [], (table, leftovers)
+        for run_id in run_ids:
+            assert _partition(shared, table, run_id).equals(_partition(tmp_path / "reference", table, run_id)), (
+                table, run_id)
+    assert not list(shared.glob(".warehouse.duckdb.*"))
+    catalog = duckdb.connect(str(shared / lake.CATALOG_FILE), read_only=True)
+    assert catalog.execute("select count(distinct run_id) from log_lines").fetchone()[0] == len(run_ids)
+    assert catalog.execute("select count(*) from run_summary").fetchone()[0] == len(run_ids)

@@ -1,0 +1,113 @@
+"""Archive and warehouse in an S3 bucket (moto's server on 127.0.0.1): staged, analysed, published, queried."""
+
+import gzip
+import os
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+from moto.server import ThreadedMotoServer
+from operate_support import need, simulate
+
+from pipeline import lake
+from pipeline.objectstore import connect_remote, publish_warehouse, s3_filesystem, stage_archive
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for key, value in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
+                       "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    admin = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
+                              access_key="test", secret_key="test", allow_bucket_creation=True)
+    admin.create_dir("archive-bkt")
+    admin.create_dir("lake-bkt")
+    try:
+        yield s3_filesystem()
+    finally:
+        server.stop()
+
+
+def _put(fs, path, data: bytes):
+    with fs.open_output_stream(path, compression=None) as f:
+        f.write(data)
+
+
+def _upload_tree(fs, local, base):
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            _put(fs, f"{base}/{path.relative_to(local).as_posix()}", path.read_bytes())
+
+
+def test_stage_archive_mirrors_only_changes(s3, tmp_path):
+    _put(s3, "archive-bkt/verl/run-a/train.log", b"step:1 - a:1\n")
+    _put(s3, "archive-bkt/verl/run-a/ray_logs/worker-1.err", b"warn\n")
+    _put(s3, "archive-bkt/verl/run-b.log.gz", gzip.compress(b"step:1 - a:1\n"))
+    cache = stage_archive("s3://archive-bkt/verl", tmp_path / "cache")
+    files = sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*") if p.is_file())
+    assert files == ["run-a/ray_logs/worker-1.err", "run-a/train.log", "run-b.log.gz"]
+    assert gzip.decompress((cache / "run-b.log.gz").read_bytes()) == b"step:1 - a:1\n"
+    info = s3.get_file_info("archive-bkt/verl/run-a/train.log")
+    assert int((cache / "run-a/train.log").stat().st_mtime) == int(info.mtime.timestamp())
+    newest = max(i.mtime.timestamp() for i in s3.get_file_info(["archive-bkt/verl/run-a/train.log",
+                                                                 "archive-bkt/verl/run-a/ray_logs/worker-1.err"]))
+    assert int((cache / "run-a").stat().st_mtime) == int(newest)  # the run folder looks as old as its files
+    untouched = (cache / "run-a/ray_logs/worker-1.err").stat().st_ino
+
+    _put(s3, "archive-bkt/verl/run-a/train.log", b"step:1 - a:1\nstep:2 - a:2\n")
+    s3.delete_file("archive-bkt/verl/run-b.log.gz")
+    stage_archive("s3://archive-bkt/verl", cache)
+    assert (cache / "run-a/train.log").read_bytes().endswith(b"step:2 - a:2\n")
+    assert not (cache / "run-b.log.gz").exists()
+    assert (cache / "run-a/ray_logs/worker-1.err").stat().st_ino == untouched
+
+
+def test_publish_and_query_a_warehouse(s3, tmp_path):
+    wh = tmp_path / "wh"
+    for rid, n in (("run-a", 3), ("run-b", 2)):
+        lake.write_run_table(wh, "step_metrics", rid, pa.table({"step": list(range(n)), "value": [0.5] * n}))
+    lake.write_run_table(wh, "runs", "run-a", pa.table({"n_lines": [3], "note": pa.array([None], pa.string())}))
+    lake.write_run_table(wh, "runs", "run-b", pa.table({"n_lines": [2], "note": pa.array([None], pa.null())}))
+    lake.write_fleet_table(wh, "fleet_daily", pa.table({"day": ["2026-11-29"], "runs": [2]}))
+    lake.refresh_catalog(wh)
+
+    assert publish_warehouse(wh, "s3://lake-bkt/wh") == {"uploaded": 5, "deleted": 0, "kept": 0}
+    keys = {i.path for i in s3.get_file_info(pafs.FileSelector("lake-bkt/wh", recursive=True))
+            if i.type == pafs.FileType.File}
+    assert "lake-bkt/wh/warehouse.duckdb" not in keys  # views over local paths mean nothing in a bucket
+    con = connect_remote("s3://lake-bkt/wh")
+    assert con.execute("select run_id, count(*) from step_metrics group by all order by 1").fetchall() == [
+        ("run-a", 3), ("run-b", 2)]
+    assert con.execute("select sum(n_lines) from runs").fetchone()[0] == 5
+    assert con.execute("select runs from fleet_daily").fetchone()[0] == 2
+
+    assert publish_warehouse(wh, "s3://lake-bkt/wh")["uploaded"] == 0
+    lake.delete_run(wh, "run-b")
+    assert publish_warehouse(wh, "s3://lake-bkt/wh") == {"uploaded": 0, "deleted": 2, "kept": 3}
+    assert connect_remote("s3://lake-bkt/wh").execute("select count(*) from step_metrics").fetchone()[0] == 3
+
+
+def test_analyze_an_archive_in_a_bucket(s3, tmp_path):
+    need("pipeline.ingest", "discover_runs", "ingest_run")
+    from pipeline.objectstore import analyze_with_object_store
+
+    labels = simulate(tmp_path / "sim", runs=3, seed=11)
+    _upload_tree(s3, tmp_path / "sim" / "archive", "archive-bkt/fleet")
+    outcome, published = analyze_with_object_store(
+        "s3://archive-bkt/fleet", "s3://lake-bkt/warehouse", tmp_path / "reports",
+        quiet_period_s=0, cache_dir=tmp_path / "cache",
+    )
+    assert sorted(outcome.run_ids) == sorted(labels["runs"])
+    assert published["uploaded"] > 0
+    con = connect_remote("s3://lake-bkt/warehouse")
+    summary = dict(con.execute("select run_id, failure_class from run_summary").fetchall())
+    assert set(summary) == set(labels["runs"])
+    n_lines = con.execute("select count(*) from log_lines").fetchone()[0]
+    assert n_lines == con.execute("select sum(n_lines) from runs").fetchone()[0] > 0
+    for rid in labels["runs"]:
+        assert (tmp_path / "reports" / "runs" / f"{rid}.html").is_file()
+    assert os.environ["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")

@@ -1,0 +1,50 @@
+"""The nightly schedule: one keyed run request per night; the model refit only when it is due."""
+
+import json
+import time
+from datetime import datetime, timezone
+
+from dagster import AssetKey, build_schedule_context
+
+from pipeline.jobs import NIGHTLY_ASSETS
+from pipeline.resources import WarehouseResource
+from pipeline.schedules import nightly_schedule, nightly_selection
+
+
+def _request(warehouse):
+    context = build_schedule_context(
+        scheduled_execution_time=datetime(2026, 11, 29, 2, 0, tzinfo=timezone.utc),
+        resources={"warehouse": WarehouseResource(path=str(warehouse))},
+    )
+    return nightly_schedule(context)
+
+
+def _write_model_meta(warehouse, fitted_at):
+    models = warehouse / "models"
+    models.mkdir(parents=True)
+    (models / "anomaly_model.json").write_text(json.dumps({"fitted_at_unix": fitted_at}))
+
+
+def test_first_night_fits_the_model(tmp_path):
+    request = _request(tmp_path / "w")
+    assert request.run_key == "nightly-2026-11-29"
+    assert request.tags["verl-health/day"] == "2026-11-29"
+    assert set(request.asset_selection) == {AssetKey(a) for a in [*NIGHTLY_ASSETS, "anomaly_model"]}
+
+
+def test_fresh_model_is_not_refitted(tmp_path):
+    _write_model_meta(tmp_path / "w", time.time() - 86400)
+    request = _request(tmp_path / "w")
+    assert AssetKey("anomaly_model") not in request.asset_selection
+    assert set(request.asset_selection) == {AssetKey(a) for a in NIGHTLY_ASSETS}
+
+
+def test_week_old_model_is_refitted(tmp_path):
+    _write_model_meta(tmp_path / "w", time.time() - 8 * 86400)
+    assert AssetKey("anomaly_model") in _request(tmp_path / "w").asset_selection
+
+
+def test_refit_threshold():
+    assert "anomaly_model" in nightly_selection(None, 7)
+    assert "anomaly_model" in nightly_selection(7.0, 7)
+    assert "anomaly_model" not in nightly_selection(6.9, 7)

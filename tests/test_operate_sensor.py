@@ -1,0 +1,101 @@
+"""The finished-run sensor against a temporary archive: new, unfinished, changed and removed runs."""
+
+import json
+import shutil
+from types import SimpleNamespace
+
+from dagster import (
+    AddDynamicPartitionsRequest,
+    DagsterInstance,
+    DeleteDynamicPartitionsRequest,
+    SkipReason,
+    build_sensor_context,
+)
+from operate_support import need, set_age, write_run
+
+from pipeline.partitions import RUN_PARTITIONS_NAME
+from pipeline.resources import ArchiveResource
+from pipeline.sensors import finished_run_sensor, plan_archive_changes
+
+
+def _entry(run_id, size=10, mtime=1000.0, finished=True):
+    return SimpleNamespace(run_id=run_id, size=size, mtime=mtime, finished=finished)
+
+
+def test_plan_new_changed_removed_and_unfinished():
+    seen = {"kept": "10:1000", "grown": "10:1000", "gone": "10:1000", "reopened": "10:1000"}
+    entries = [
+        _entry("kept"),
+        _entry("grown", size=20, mtime=1100.0),
+        _entry("fresh"),
+        _entry("writing", finished=False),
+        _entry("reopened", size=30, finished=False),
+    ]
+    new, changed, removed, cursor = plan_archive_changes(entries, seen)
+    assert (new, changed, removed) == (["fresh"], ["grown"], ["gone"])
+    # An unfinished run is not recorded; one seen before keeps its old fingerprint until it settles.
+    assert cursor == {"kept": "10:1000", "grown": "20:1100", "fresh": "10:1000", "reopened": "10:1000"}
+
+
+def test_plan_is_idempotent():
+    entries = [_entry("a"), _entry("b", size=5)]
+    _, _, _, cursor = plan_archive_changes(entries, {})
+    assert plan_archive_changes(entries, cursor) == ([], [], [], cursor)
+
+
+def _evaluate(archive, cursor, instance):
+    context = build_sensor_context(
+        cursor=cursor,
+        resources={"archive": ArchiveResource(root=str(archive), quiet_period_s=600)},
+        instance=instance,
+    )
+    return finished_run_sensor(context), context
+
+
+def _requests(result):
+    return {r.partition_key: r for r in result.run_requests}
+
+
+def test_sensor_over_an_archive_lifecycle(tmp_path):
+    need("pipeline.ingest", "discover_runs")
+    archive = tmp_path / "archive"
+    write_run(archive, "grpo-a")
+    write_run(archive, "ppo-b")
+    write_run(archive, "dapo-live", age_s=5)  # still being written: inside the quiet period
+    instance = DagsterInstance.ephemeral()
+
+    # 1. First tick: the two finished runs are new; the live one waits.
+    result, _ = _evaluate(archive, None, instance)
+    requests = _requests(result)
+    assert set(requests) == {"grpo-a", "ppo-b"}
+    assert all(r.tags["verl-health/reason"] == "new" for r in requests.values())
+    cursor = json.loads(result.cursor)
+    assert set(cursor) == {"grpo-a", "ppo-b"}
+    assert requests["grpo-a"].run_key == f"grpo-a@{cursor['grpo-a']}"
+    [add] = result.dynamic_partitions_requests
+    assert isinstance(add, AddDynamicPartitionsRequest)
+    assert add.partitions_def_name == RUN_PARTITIONS_NAME and sorted(add.partition_keys) == ["grpo-a", "ppo-b"]
+
+    # 2. Nothing changed: skip, cursor kept.
+    result2, context2 = _evaluate(archive, result.cursor, instance)
+    assert isinstance(result2, SkipReason)
+    assert json.loads(context2.cursor) == cursor
+
+    # 3. The live run settles, grpo-a is appended to (and settles), ppo-b is deleted.
+    set_age(archive / "dapo-live", 3600)
+    with (archive / "grpo-a" / "train.log").open("a") as f:
+        f.write("(TaskRunner pid=42) step:4 - actor/pg_loss:0.4 - timing_s/step:2.4\n")
+    set_age(archive / "grpo-a", 1800)
+    shutil.rmtree(archive / "ppo-b")
+    result3, _ = _evaluate(archive, result.cursor, instance)
+    requests3 = _requests(result3)
+    assert set(requests3) == {"dapo-live", "grpo-a"}
+    assert requests3["dapo-live"].tags["verl-health/reason"] == "new"
+    assert requests3["grpo-a"].tags["verl-health/reason"] == "changed"
+    cursor3 = json.loads(result3.cursor)
+    assert set(cursor3) == {"grpo-a", "dapo-live"}
+    assert cursor3["grpo-a"] != cursor["grpo-a"]
+    assert requests3["grpo-a"].run_key != requests["grpo-a"].run_key  # a new key, so Dagster runs it again
+    kinds = {type(r): r for r in result3.dynamic_partitions_requests}
+    assert kinds[AddDynamicPartitionsRequest].partition_keys == ["dapo-live"]
+    assert kinds[DeleteDynamicPartitionsRequest].partition_keys == ["ppo-b"]

@@ -1,0 +1,332 @@
+"""Run and fleet reports rendered from hand-made warehouses, checked by parsing the HTML."""
+
+from __future__ import annotations
+
+import base64
+import re
+from datetime import date, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from report_fixtures import (
+    FAILURE_CLASSES,
+    HOSTILE_IMG,
+    HOSTILE_SCRIPT,
+    ROOT_CAUSES,
+    RunSpec,
+    build_warehouse,
+    every_class_specs,
+    parse_html,
+    write_run,
+)
+
+from pipeline import lake
+from pipeline.report import charts, data, render_fleet_report, render_run_report
+
+DAY = date(2026, 11, 28)
+HEADLINES = {
+    "completed": "Healthy",
+    "hang": "Hung",
+    "cuda_oom": "CUDA OOM",
+    "nccl_timeout": "NCCL timeout",
+    "ray_actor_died": "Ray worker died",
+    "host_oom_killed": "Worker killed for host memory",
+    "nan_divergence": "NaN divergence",
+    "python_exception": "Python exception",
+    "vllm_engine_error": "Rollout engine error",
+    "unknown": "Ended for an unknown reason",
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Every report rendered without the fixes knowledge base, so rows' own advice shows."""
+    root = tmp_path_factory.mktemp("report")
+    specs = every_class_specs()
+    warehouse = build_warehouse(root / "warehouse", specs)
+    reports = root / "reports"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(data, "_advice_lookup", lambda: None)
+        pages = {s.run_id: render_run_report(warehouse, s.run_id, reports) for s in specs}
+        fleet = render_fleet_report(warehouse, reports, DAY)
+    return {"warehouse": warehouse, "reports": reports, "specs": {s.run_id: s for s in specs}, "pages": pages,
+            "fleet": fleet}
+
+
+def page(path: Path):
+    return parse_html(path.read_text(encoding="utf-8"))
+
+
+def run_id_of(cls: str) -> str:
+    return f"run-{cls.replace('_', '-')}"
+
+
+def cause_line_no(spec: RunSpec) -> int:
+    return 2 + spec.n_steps + 4
+
+
+@pytest.mark.parametrize("cls", FAILURE_CLASSES)
+def test_verdict_names_the_failure_class(built, cls):
+    spec = built["specs"][run_id_of(cls)]
+    doc = page(built["pages"][spec.run_id])
+    banner = doc.find("section", id_="verdict")
+    assert banner.attrs["data-failure-class"] == cls
+    assert banner.find("p", cls="headline").text().strip() == HEADLINES[cls]
+    assert doc.find(id_="last-step").text().split()[0] == str(spec.n_steps)
+    sentence = banner.find("p", cls="sentence").text()
+    if cls in ROOT_CAUSES and ROOT_CAUSES[cls][0]:
+        assert f" in {ROOT_CAUSES[cls][0]} at step {spec.n_steps} after " in sentence
+    assert doc.find("title").text().startswith(HEADLINES[cls])
+
+
+def test_oom_sentence_reads_like_a_person(built):
+    doc = page(built["pages"]["run-cuda-oom"])
+    sentence = doc.find("section", id_="verdict").find("p", cls="sentence").text()
+    assert re.fullmatch(r"CUDA OOM in update_actor at step \d+ after \d+ m \d+ s\.", sentence), sentence
+
+
+def test_python_exception_names_the_exception(built):
+    sentence = page(built["pages"]["run-python-exception"]).find("p", cls="sentence").text()
+    assert sentence.startswith("KeyError in old_log_prob at step")
+
+
+@pytest.mark.parametrize("cls", [c for c in ROOT_CAUSES])
+def test_root_cause_line_with_file_line_and_context(built, cls):
+    spec = built["specs"][run_id_of(cls)]
+    doc = page(built["pages"][spec.run_id])
+    line_no = cause_line_no(spec)
+    assert doc.find(id_="root-cause-location").text() == f"train.log:{line_no}"
+    ctx = doc.find("pre", id_="root-cause-context")
+    lines = ctx.find_all("span", cls="ln")
+    causes = [n for n in lines if "cause" in n.classes]
+    assert len(causes) == 1 and causes[0].attrs["data-line"] == str(line_no)
+    assert ROOT_CAUSES[cls][1] in causes[0].text()
+    numbers = [int(n.attrs["data-line"]) for n in lines]
+    assert numbers[0] < line_no < numbers[-1], "context before and after the causal line"
+    assert "Traceback (most recent call last):" in ctx.text()
+
+
+def test_completed_and_hung_runs_have_no_cause_line(built):
+    completed = page(built["pages"]["run-completed"])
+    assert not completed.find_all(id_="root-cause-context")
+    assert not completed.find_all(id_="failure-advice")
+    hung = page(built["pages"]["run-hang"])
+    assert not hung.find_all(id_="root-cause-context")
+    assert "the log simply stops" in hung.find("h2", id_="root-cause").parent.text()
+
+
+def test_anomaly_episodes_are_listed_with_explanation_and_advice(built):
+    doc = page(built["pages"]["run-anomalous"])
+    assert doc.find("section", id_="verdict").find("p", cls="headline").text() == "Completed with 2 anomaly episodes"
+    rows = doc.find("table", id_="anomaly-table").find_all("tr", cls="episode")
+    got = [(r.attrs["data-first-step"], r.attrs["data-last-step"], r.attrs["data-class"]) for r in rows]
+    assert got == [("30", "36", "gen_slowdown"), ("80", "82", "kl_spike")]
+    assert [li.text() for li in rows[0].find_all("li")] == ["Check gen_slowdown settings"]
+    assert "value far above the run median" in rows[1].text()
+
+
+def test_charts_are_embedded_pngs(built):
+    doc = page(built["pages"]["run-anomalous"])
+    imgs = doc.find_all("img")
+    assert {i.attrs["data-chart"] for i in imgs} == {"phases", "health"}
+    for img in imgs:
+        src = img.attrs["src"]
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+        assert img.attrs["alt"]
+    assert "2 anomaly episode(s)" in doc.find("img", data_chart="health").attrs["alt"]
+
+
+def test_phase_table_marks_the_bottleneck(built):
+    doc = page(built["pages"]["run-anomalous"])
+    table = doc.find("table", id_="phase-table")
+    assert table.find("tr", cls="bottleneck").find("td").text().startswith("gen")
+    shares = [r.find_all("td")[-1].text() for r in table.find_all("tr") if r.find_all("td")]
+    total = sum(float(s.rstrip(" %")) for s in shares if s.endswith("%"))
+    assert total == pytest.approx(100, abs=1.0)
+    assert doc.find("table", id_="earlier-runs").find_all("a")
+
+
+def test_config_findings_and_completeness(built):
+    doc = page(built["pages"]["run-cuda-oom"])
+    findings = doc.find("table", id_="findings")
+    assert "low_gpu_memory_utilization" in findings.text()
+    assert "train.log:2" in findings.text()
+    kinds = {r.find_all("td")[0].text(): r.find_all("td")[1].text() for r in doc.find("table", id_="lines-by-kind")
+             .find_all("tr") if r.find_all("td")}
+    assert kinds["step_metrics"] == "50"
+    assert doc.find("table", id_="sources").find("td", cls="mono").text() == "train.log"
+
+
+def _assert_no_active_content(doc):
+    assert not doc.find_all("script")
+    for node in doc.iter():
+        assert not any(k.startswith("on") for k in node.attrs), f"event handler on <{node.tag}>"
+    for img in doc.find_all("img"):
+        assert img.attrs["src"].startswith("data:image/png;base64,")
+
+
+def test_hostile_log_text_is_shown_as_text(built):
+    doc = page(built["pages"]["run-hostile"])
+    _assert_no_active_content(doc)
+    cause = doc.find("pre", id_="root-cause-context")
+    assert HOSTILE_SCRIPT in cause.find("span", cls="cause").text()
+    assert HOSTILE_IMG in cause.text()
+    assert HOSTILE_IMG in doc.find("table", id_="anomaly-table").text()
+    facts = {r.find("th").text(): r.find("td").text() for r in doc.find_all("tr") if r.find_all("th")
+             and r.find_all("td")}
+    assert facts["experiment_name"] == "exp-b" + HOSTILE_IMG
+    _assert_no_active_content(page(built["fleet"]))
+    assert HOSTILE_IMG in page(built["fleet"]).find("tr", data_run_id="run-hostile").text()
+
+
+def test_fleet_lists_runs_needing_attention_first(built):
+    doc = page(built["fleet"])
+    rows = doc.find("table", id_="attention-table").find_all("tr", cls="run")
+    order = [int(r.attrs["data-attention"]) for r in rows]
+    assert order == sorted(order)
+    ids = [r.attrs["data-run-id"] for r in rows]
+    assert ids[0] == "run-hostile", "newest failure first"
+    assert set(ids) == set(built["specs"]) - {"run-completed"}
+    assert ids.index("run-hang") > ids.index("run-unknown")
+    assert ids.index("run-anomalous") > ids.index("run-hang")
+
+
+def test_fleet_counts_failures_by_class(built):
+    doc = page(built["fleet"])
+    counts = {r.attrs["data-class"]: int(r.find_all("td")[1].text()) for r in
+              doc.find("table", id_="failure-counts").find_all("tr") if "data-class" in r.attrs}
+    expected = {c: 1 for c in FAILURE_CLASSES}
+    expected["completed"] = 2
+    expected["python_exception"] = 2
+    assert counts == expected
+    assert doc.find("p", cls="headline").text() == "11 runs need attention"
+
+
+def test_fleet_links_stay_inside_the_reports_folder(built):
+    reports = built["reports"].resolve()
+    doc = page(built["fleet"])
+    hrefs = [a.attrs["href"] for a in doc.find("table", id_="all-runs-table").find_all("a")]
+    assert len(hrefs) == len(built["specs"])
+    for href in hrefs:
+        target = (built["fleet"].parent / href).resolve()
+        assert target.is_relative_to(reports) and target.is_file(), href
+    for a in page(built["pages"]["run-cuda-oom"]).find_all("a"):
+        href = a.attrs["href"]
+        if not href.startswith("#"):
+            target = (built["pages"]["run-cuda-oom"].parent / href).resolve()
+            assert target.is_relative_to(reports), href
+
+
+def test_fleet_week_over_week_groups_and_latest(built):
+    doc = page(built["fleet"])
+    wow = {r.find_all("td")[0].text(): [td.text() for td in r.find_all("td")[1:]]
+           for r in doc.find("table", id_="week-over-week").find_all("tr") if r.find_all("td")}
+    assert wow["Runs ended"][:2] == ["6", "3"]
+    assert doc.find("table", id_="config-groups").find_all("tr")[1].find_all("td")[1].text() == "12"
+    assert {i.attrs["data-chart"] for i in doc.find_all("img")} == {"failures", "weekly", "shares"}
+    latest = built["fleet"].parent / "latest.html"
+    assert latest.read_text() == built["fleet"].read_text()
+    assert built["fleet"].name == "2026-11-28.html"
+
+
+def test_fleet_for_an_earlier_day_leaves_later_runs_out(built, tmp_path):
+    path = render_fleet_report(built["warehouse"], tmp_path, date(2026, 11, 20))
+    ids = {r.attrs["data-run-id"] for r in page(path).find("table", id_="all-runs-table").find_all("tr", cls="run")}
+    assert ids == {"run-ray-actor-died", "run-host-oom-killed", "run-nan-divergence", "run-python-exception",
+                   "run-vllm-engine-error", "run-unknown"}
+
+
+def test_regression_against_earlier_runs_of_the_group(tmp_path):
+    specs = [RunSpec(run_id=f"r{i}", n_steps=20, step_s=30, ended_at=datetime(2026, 11, 20 + i), seed=i)
+             for i in range(3)]
+    specs.append(RunSpec(run_id="slow", n_steps=20, step_s=60, ended_at=datetime(2026, 11, 27), seed=9))
+    warehouse = build_warehouse(tmp_path / "wh", specs)
+    doc = page(render_fleet_report(warehouse, tmp_path / "reports", DAY))
+    rows = doc.find("table", id_="regression-table").find_all("tr")[1:]
+    assert [r.find("a").text() for r in rows] == ["slow"]
+    assert "×2" in rows[0].text()
+
+
+def test_missing_tables_degrade_gracefully(tmp_path):
+    wh = tmp_path / "wh"
+    lake.write_run_table(wh, "run_summary", "bare-run", pa.table({
+        "failure_class": ["hang"], "last_step": [7], "expected_steps": [10]}))
+    doc = page(render_run_report(wh, "bare-run", tmp_path / "reports"))
+    assert doc.find("p", cls="headline").text() == "Hung"
+    assert not doc.find_all("img")
+    fleet = page(render_fleet_report(wh, tmp_path / "reports", DAY))
+    assert [r.attrs["data-run-id"] for r in fleet.find_all("tr", cls="run")][:1] == ["bare-run"]
+    empty = page(render_fleet_report(tmp_path / "nothing", tmp_path / "r2", DAY))
+    assert empty.find("p", cls="headline").text() == "All runs healthy"
+
+
+def test_unknown_or_bad_run_id_is_refused(built, tmp_path):
+    with pytest.raises(ValueError):
+        render_run_report(built["warehouse"], "../../etc/passwd", tmp_path)
+    with pytest.raises(LookupError):
+        render_run_report(built["warehouse"], "no-such-run", tmp_path)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_advice_from_the_knowledge_base(built, tmp_path, monkeypatch):
+    calls = []
+
+    def advice_for(kind, cls):
+        calls.append((kind, cls))
+        return {"summary": f"{cls} <b>ended</b> it", "causes": ["micro batch too large"],
+                "changes": [{"key": "actor.ppo_micro_batch_size_per_gpu", "to": "1", "why": "smaller activations"}],
+                "source": ["000 §3.1"]}
+
+    monkeypatch.setattr(data, "_advice_lookup", lambda: advice_for)
+    doc = page(render_run_report(built["warehouse"], "run-cuda-oom", tmp_path))
+    box = doc.find(id_="failure-advice")
+    assert box.find("p", cls="advice-summary").text() == "cuda_oom <b>ended</b> it"
+    assert [li.text() for li in box.find("ul", cls="causes").find_all("li")] == ["micro batch too large"]
+    assert [td.text() for td in box.find("table", cls="changes").find_all("td")] == [
+        "actor.ppo_micro_batch_size_per_gpu", "1", "smaller activations"]
+    assert ("failure_class", "cuda_oom") in calls
+    assert not box.find_all("b")
+    doc = page(render_run_report(built["warehouse"], "run-anomalous", tmp_path))
+    cell = doc.find("tr", data_class="gen_slowdown").find("td", cls="advice-cell")
+    assert "actor.ppo_micro_batch_size_per_gpu → 1" in cell.text()
+    assert ("anomaly_class", "gen_slowdown") in calls
+
+
+def test_advice_from_the_installed_knowledge_base(built, tmp_path):
+    detect = pytest.importorskip("pipeline.detect")
+    entry = detect.advice_for("failure_class", "cuda_oom")
+    if not entry.get("changes"):
+        pytest.skip("the fixes knowledge base has no changes for cuda_oom")
+    doc = page(render_run_report(built["warehouse"], "run-cuda-oom", tmp_path))
+    rows = doc.find(id_="failure-advice").find("table", cls="changes").find_all("tr")[1:]
+    assert [r.find("td").text() for r in rows] == [c["key"] for c in entry["changes"]]
+
+
+def test_long_runs_downsample_curves_but_not_anomaly_marks():
+    n = 20_000
+    steps = np.arange(1, n + 1, dtype=float)
+    y = np.sin(steps / 300)
+    y[12_345] = 50.0
+    xs, ys = charts.minmax_downsample(steps, y)
+    assert len(xs) <= charts.MAX_POINTS and 50.0 in ys
+    anomalous = np.array([float(s) for s in range(100, n, 97)])
+    episodes = [(s, s + 2, "kl_spike") for s in range(500, n, 900)]
+    fig = charts.health_figure(steps, [charts.Panel("KL", [("ppo_kl", y)]), charts.Panel("Entropy", [("e", y)])],
+                               episodes, anomalous)
+    for ax in fig.axes:
+        spans = [p for p in ax.patches if p.get_facecolor()[:3] != (1, 1, 1)]
+        assert len(spans) == len(episodes)
+        ticks = [ln for ln in ax.get_lines() if ln.get_marker() == "|"]
+        assert len(ticks) == 1 and np.array_equal(ticks[0].get_xdata(), anomalous)
+        curve = [ln for ln in ax.get_lines() if ln.get_marker() != "|"][0]
+        assert len(curve.get_xdata()) <= charts.MAX_POINTS
+    charts.plt.close(fig)
+
+
+def test_write_run_fixture_matches_the_contract(tmp_path):
+    write_run(tmp_path, RunSpec(run_id="contract-run", n_steps=5))
+    con = lake.connect(tmp_path)
+    assert con.execute("select last_step from run_summary where run_id = 'contract-run'").fetchone() == (5,)

@@ -1,0 +1,52 @@
+"""Reports of a simulated fleet analysed end to end: what they show agrees with the warehouse tables."""
+
+from __future__ import annotations
+
+import pytest
+from report_fixtures import parse_html
+
+from pipeline import lake
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tables(analyzed_fleet):
+    con = lake.connect(analyzed_fleet.warehouse)
+    summary = {r[0]: r[1:] for r in con.execute(
+        "select run_id, failure_class, root_cause_file, root_cause_line_no from run_summary").fetchall()}
+    episodes = {}
+    for run_id, first, cls in con.execute(
+        "select run_id, min(step), mode(anomaly_class) from step_anomalies where is_anomaly "
+        "group by run_id, episode_id order by run_id, min(step)"
+    ).fetchall():
+        episodes.setdefault(run_id, []).append((first, cls))
+    con.close()
+    return summary, episodes
+
+
+def test_every_run_has_a_report_that_matches_its_summary(analyzed_fleet, tables):
+    summary, episodes = tables
+    assert set(summary) == set(analyzed_fleet.labels["runs"])
+    for run_id, (cls, cause_file, cause_line) in summary.items():
+        doc = parse_html((analyzed_fleet.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        assert doc.find("section", id_="verdict").attrs["data-failure-class"] == cls, run_id
+        if cause_line is not None:
+            assert doc.find(id_="root-cause-location").text() == f"{cause_file}:{cause_line}"
+            cause = doc.find("pre", id_="root-cause-context").find("span", cls="cause")
+            assert cause.attrs["data-line"] == str(cause_line)
+        rows = doc.find_all("tr", cls="episode")
+        got = [(int(r.attrs["data-first-step"]), r.attrs["data-class"]) for r in rows]
+        assert [first for first, _ in got] == [first for first, _ in episodes.get(run_id, [])], run_id
+        if cls != "completed":
+            assert doc.find(id_="failure-advice").find_all("li") or doc.find(id_="failure-advice").find_all("td")
+
+
+def test_fleet_report_links_every_run(analyzed_fleet, tables):
+    summary, _ = tables
+    fleet = analyzed_fleet.outcome.fleet_report
+    doc = parse_html(fleet.read_text(encoding="utf-8"))
+    linked = {a.attrs["href"] for a in doc.find("table", id_="all-runs-table").find_all("a")}
+    assert linked == {f"../runs/{run_id}.html" for run_id in summary}
+    for href in linked:
+        assert (fleet.parent / href).resolve().is_file()
