@@ -35,7 +35,9 @@ def parse(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 for item in step.group(2).split(" - "):
                     pair = PAIR.match(item.strip())
                     if pair:
-                        metrics.append({"step": int(step.group(1)), "key": pair.group(1), "value": float(pair.group(2))})
+                        metrics.append(
+                            {"step": int(step.group(1)), "key": pair.group(1), "value": float(pair.group(2))}
+                        )
             elif ERROR.search(line):
                 kind = "error"
             elif WARNING.search(line):

@@ -46,11 +46,20 @@ def bench(root: Path, runs: int, seed: int) -> dict:
     con = connect(warehouse)
     pred = dict(con.execute("select run_id, failure_class from run_summary").fetchall())
     right = sum(pred.get(r) == lab["failure_class"] for r, lab in labels["runs"].items())
-    lines, metrics = (con.execute(f"select count(*) from {t}").fetchone()[0] for t in ("log_lines", "step_metrics"))
-    return {"runs": len(run_ids), "log_lines": lines, "step_metric_values": metrics,
-            "simulate_s": t_sim, "ingest_s": t_ingest, "derive_run_tables_s": t_run,
-            "derive_fleet_tables_s": t_fleet, "rows": {**run_rows, **fleet_rows},
-            "failure_class_accuracy": right / max(len(labels["runs"]), 1)}
+    lines, metrics = (
+        con.execute(f"select count(*) from {t}").fetchone()[0] for t in ("log_lines", "step_metrics")
+    )
+    return {
+        "runs": len(run_ids),
+        "log_lines": lines,
+        "step_metric_values": metrics,
+        "simulate_s": t_sim,
+        "ingest_s": t_ingest,
+        "derive_run_tables_s": t_run,
+        "derive_fleet_tables_s": t_fleet,
+        "rows": {**run_rows, **fleet_rows},
+        "failure_class_accuracy": right / max(len(labels["runs"]), 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,13 +76,18 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench_derive_") as tmp:
             result = bench(Path(tmp), args.runs, args.seed)
     derive_s = result["derive_run_tables_s"] + result["derive_fleet_tables_s"]
-    print(f"fleet: {result['runs']} runs, {result['log_lines']:,} log lines, "
-          f"{result['step_metric_values']:,} metric values")
+    print(
+        f"fleet: {result['runs']} runs, {result['log_lines']:,} log lines, "
+        f"{result['step_metric_values']:,} metric values"
+    )
     print(f"{'stage':<28}{'seconds':>10}{'ms/run':>10}")
-    for label, secs in (("simulate", result["simulate_s"]), ("ingest", result["ingest_s"]),
-                        ("derive per-run tables", result["derive_run_tables_s"]),
-                        ("derive fleet tables", result["derive_fleet_tables_s"]),
-                        ("derive total", derive_s)):
+    for label, secs in (
+        ("simulate", result["simulate_s"]),
+        ("ingest", result["ingest_s"]),
+        ("derive per-run tables", result["derive_run_tables_s"]),
+        ("derive fleet tables", result["derive_fleet_tables_s"]),
+        ("derive total", derive_s),
+    ):
         print(f"{label:<28}{secs:>10.2f}{1000 * secs / max(result['runs'], 1):>10.1f}")
     print(f"derive / ingest time: {derive_s / result['ingest_s']:.2f}")
     print(f"failure_class accuracy vs labels.json: {result['failure_class_accuracy']:.4f}")

@@ -59,20 +59,30 @@ def _tile(src: bytes, target: int, out: Path) -> int:
 
 
 def _sources(scratch: Path) -> list[bytes]:
-    """Log texts to tile: simulated train logs when the simulator exists, else the real logs."""
+    """Train logs to tile, the first one for the big run: simulated runs (the largest completed run
+    without a resume first) when the simulator exists, else the real logs."""
     try:
         from pipeline.simulate import simulate_fleet
     except ImportError:
         simulate_fleet = None
     if simulate_fleet is not None:
-        labels = simulate_fleet(scratch, runs=16, seed=20261129, steps_scale=2.0)["runs"]
-        texts = []
-        for entry in sorted((scratch / "archive").iterdir()):
-            texts.extend(_entry_logs(entry))
-        completed = [r for r, lab in labels.items() if lab["failure_class"] == "completed"]
-        if texts and completed:
-            return sorted(texts, key=len, reverse=True)
-    return [p.read_bytes() for p in sorted(REAL_LOGS.glob("*.log")) if b"step:" in p.read_bytes()]
+        labels = simulate_fleet(scratch, runs=16, seed=20261129, steps_scale=2.0, chatter=10)["runs"]
+        logs = {rid: _entry_logs(scratch / "archive" / lab["entry"]) for rid, lab in labels.items()}
+        clean = [
+            rid for rid, lab in labels.items() if lab["failure_class"] == "completed" and lab["segments"] == 1
+        ]
+        if clean:
+            big = max(clean, key=lambda rid: len(logs[rid][0]))
+            rest = [
+                text
+                for rid, texts in sorted(logs.items())
+                if rid != big
+                for text in texts
+                if b"step:" in text
+            ]
+            return [logs[big][0], *rest]
+    texts = [p.read_bytes() for p in sorted(REAL_LOGS.glob("*.log"))]
+    return sorted((t for t in texts if b"step:" in t), key=len, reverse=True)
 
 
 def _entry_logs(entry: Path) -> list[bytes]:
@@ -80,10 +90,10 @@ def _entry_logs(entry: Path) -> list[bytes]:
     import tarfile
 
     if entry.is_dir():
-        return [p.read_bytes() for p in sorted(entry.rglob("*.log"))]
+        return [p.read_bytes() for p in sorted(entry.rglob("train.log"))]
     if entry.name.endswith(".tar.gz"):
         with tarfile.open(entry) as tar:
-            return [tar.extractfile(m).read() for m in tar.getmembers() if m.isfile() and m.name.endswith(".log")]
+            return [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith("/train.log")]
     with gzip.open(entry) as fh:
         return [fh.read()]
 
@@ -122,7 +132,12 @@ def measure(cmd: list[str]) -> dict:
     err = proc.stderr.read().decode()
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{cmd[:3]} failed: {err[-2000:]}")
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024, "out": out}
+    return {
+        "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "rss_mb": usage.ru_maxrss / 1024,
+        "out": out,
+    }
 
 
 OURS = """
@@ -147,6 +162,11 @@ print(n)
 """
 
 
+def _count_lines(path: str) -> int:
+    with open(path, "rb") as fh:
+        return sum(block.count(b"\n") for block in iter(lambda: fh.read(1 << 24), b""))
+
+
 def _row(name: str, m: dict, n_bytes: int, n_lines: int) -> dict:
     return {
         "tool": name,
@@ -158,7 +178,9 @@ def _row(name: str, m: dict, n_bytes: int, n_lines: int) -> dict:
     }
 
 
-def run_scenario(title: str, archive: Path, runs: list[str], baseline_runs: list[str], scratch: Path) -> list[dict]:
+def run_scenario(
+    title: str, archive: Path, runs: list[str], baseline_runs: list[str], scratch: Path
+) -> list[dict]:
     """Measure every tool on `runs` (the baseline on `baseline_runs`); print a markdown table."""
     files = [str(archive / r / "train.log") for r in runs]
     n_bytes = sum(os.path.getsize(f) for f in files)
@@ -166,26 +188,34 @@ def run_scenario(title: str, archive: Path, runs: list[str], baseline_runs: list
     n_lines = int(wc["out"].strip().splitlines()[-1].split()[0])
     rows = [_row("wc -l", wc, n_bytes, n_lines)]
     duck = measure([PY, "-c", DUCKDB, *files])
-    rows.append(_row("DuckDB read_csv (lines)", duck, n_bytes, int(duck["out"])))
+    rows.append(_row("DuckDB read_csv (lines)", duck, n_bytes, int(duck["out"].split()[-1])))
     wh = scratch / f"wh-{title.split()[0]}"
     shutil.rmtree(wh, ignore_errors=True)
     ours = measure([PY, "-c", OURS, str(archive), str(wh), *runs])
-    rows.append(_row("verl-health ingest", ours, n_bytes, int(ours["out"])))
+    rows.append(_row("verl-health ingest", ours, n_bytes, int(ours["out"].split()[-1])))
     if baseline_runs:
         bfiles = [str(archive / r / "train.log") for r in baseline_runs]
         b_bytes = sum(os.path.getsize(f) for f in bfiles)
-        b_lines = sum(1 for f in bfiles for _ in open(f, "rb"))
-        base = measure([PY, str(REPO / "benchmarks" / "baseline_handwritten.py"), str(scratch / "csv"), *bfiles])
+        b_lines = sum(_count_lines(f) for f in bfiles)
+        base = measure(
+            [PY, str(REPO / "benchmarks" / "baseline_handwritten.py"), str(scratch / "csv"), *bfiles]
+        )
         rows.append(_row(f"hand-written baseline ({b_bytes / 1e6:.0f} MB)", base, b_bytes, b_lines))
     print(f"\n### {title}: {len(runs)} run(s), {n_bytes / 1e9:.2f} GB, {n_lines:,} lines\n")
     print("| tool | wall s | CPU s | MB/s | lines/s | peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['tool']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['mb_s']:.0f} | {r['lines_s']:,.0f} | {r['rss_mb']:.0f} |")
+        print(
+            f"| {r['tool']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['mb_s']:.0f} | {r['lines_s']:,.0f} | {r['rss_mb']:.0f} |"
+        )
     ours_row = rows[2]
-    print(f"\nDuckDB read_csv is {ours_row['wall_s'] / rows[1]['wall_s']:.1f}x faster than our ingest (target: <= 3x).")
+    print(
+        f"\nDuckDB read_csv is {ours_row['wall_s'] / rows[1]['wall_s']:.1f}x faster than our ingest (target: <= 3x)."
+    )
     if baseline_runs:
-        print(f"Our ingest is {ours_row['mb_s'] / rows[3]['mb_s']:.1f}x the hand-written baseline's MB/s (target: >= 10x).")
+        print(
+            f"Our ingest is {ours_row['mb_s'] / rows[3]['mb_s']:.1f}x the hand-written baseline's MB/s (target: >= 10x)."
+        )
     return rows
 
 

@@ -42,8 +42,15 @@ def long_run(warehouse: Path, steps: int) -> RunSpec:
         length = rng.randint(1, 12)
         episodes.append((s, s + length, rng.choice(ANOMALY_CLASSES)))
         s += rng.randint(250, 550)
-    spec = RunSpec(run_id="long-run", failure_class="cuda_oom", n_steps=steps, expected_steps=steps + 500,
-                   episodes=episodes, step_s=40, seed=3)
+    spec = RunSpec(
+        run_id="long-run",
+        failure_class="cuda_oom",
+        n_steps=steps,
+        expected_steps=steps + 500,
+        episodes=episodes,
+        step_s=40,
+        seed=3,
+    )
     write_run(warehouse, spec)
     return spec
 
@@ -52,7 +59,12 @@ def fleet(warehouse: Path, runs: int) -> None:
     """`runs` short runs over eight weeks, several experiments and config groups (fleet-read tables only)."""
     rng = random.Random(2)
     weights = [60, 5, 8, 5, 4, 4, 3, 5, 3, 3]
-    models = ["Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-3B-Instruct", "meta-llama/Llama-3.1-8B", "deepseek/ds-7b"]
+    models = [
+        "Qwen/Qwen2.5-7B-Instruct",
+        "Qwen/Qwen2.5-3B-Instruct",
+        "meta-llama/Llama-3.1-8B",
+        "deepseek/ds-7b",
+    ]
     for i in range(runs):
         cls = rng.choices(FAILURE_CLASSES, weights=weights)[0]
         n = rng.randint(20, 60)
@@ -61,9 +73,16 @@ def fleet(warehouse: Path, runs: int) -> None:
             first = rng.randint(2, n - 5)
             episodes.append((first, first + rng.randint(0, 3), rng.choice(ANOMALY_CLASSES)))
         spec = RunSpec(
-            run_id=f"run-{i:05d}", failure_class=cls, n_steps=n, episodes=episodes,
-            experiment=f"exp-{i % 40:02d}", ended_at=datetime(2026, 11, 28, 18) - timedelta(hours=rng.uniform(0, 24 * 56)),
-            step_s=rng.uniform(20, 60), seed=i, with_logs=False, model_path=models[i % len(models)],
+            run_id=f"run-{i:05d}",
+            failure_class=cls,
+            n_steps=n,
+            episodes=episodes,
+            experiment=f"exp-{i % 40:02d}",
+            ended_at=datetime(2026, 11, 28, 18) - timedelta(hours=rng.uniform(0, 24 * 56)),
+            step_s=rng.uniform(20, 60),
+            seed=i,
+            with_logs=False,
+            model_path=models[i % len(models)],
             n_gpus_per_node=rng.choice((4, 8)),
         )
         write_run(warehouse, spec, only=FLEET_TABLES)
@@ -74,7 +93,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=1_000)
-    parser.add_argument("--keep", type=Path, help="write warehouses and reports here instead of a temp folder")
+    parser.add_argument(
+        "--keep", type=Path, help="write warehouses and reports here instead of a temp folder"
+    )
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench_report_"))
     reports = root / "reports"
@@ -82,17 +103,24 @@ def main() -> None:
     _, t_build = _timed(lambda: long_run(root / "wh_long", args.steps))
     path, t_run = _timed(lambda: render_run_report(root / "wh_long", "long-run", reports))
     _, t_run2 = _timed(lambda: render_run_report(root / "wh_long", "long-run", reports))
-    print(f"run report   {args.steps:>6} steps: build tables {t_build:6.2f} s, render {t_run:6.2f} s "
-          f"(again {t_run2:5.2f} s), {path.stat().st_size / 1024:7.1f} KiB  {path}")
+    print(
+        f"run report   {args.steps:>6} steps: build tables {t_build:6.2f} s, render {t_run:6.2f} s "
+        f"(again {t_run2:5.2f} s), {path.stat().st_size / 1024:7.1f} KiB  {path}"
+    )
 
     _, t_build = _timed(lambda: fleet(root / "wh_fleet", args.runs))
     path, t_fleet = _timed(lambda: render_fleet_report(root / "wh_fleet", reports, DAY))
     _, t_fleet2 = _timed(lambda: render_fleet_report(root / "wh_fleet", reports, DAY))
-    print(f"fleet report {args.runs:>6} runs:  build tables {t_build:6.2f} s, render {t_fleet:6.2f} s "
-          f"(again {t_fleet2:5.2f} s), {path.stat().st_size / 1024:7.1f} KiB  {path}")
+    print(
+        f"fleet report {args.runs:>6} runs:  build tables {t_build:6.2f} s, render {t_fleet:6.2f} s "
+        f"(again {t_fleet2:5.2f} s), {path.stat().st_size / 1024:7.1f} KiB  {path}"
+    )
 
-    message, t_mail = _timed(lambda: build_fleet_mail(path, sender="bench@example.org",
-                                                              recipients=["team@example.org"], subject="bench"))
+    message, t_mail = _timed(
+        lambda: build_fleet_mail(
+            path, sender="bench@example.org", recipients=["team@example.org"], subject="bench"
+        )
+    )
     print(f"fleet mail:  build {t_mail:5.2f} s, {len(message.as_bytes()) / 1024:7.1f} KiB")
 
 

@@ -22,6 +22,16 @@ SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 RUN_TABLES = ("step_phases", "step_health", "run_events", "run_summary", "config_findings")
 FLEET_TABLES = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
 
+# The tables each SQL file reads; only those get a view, since binding a view reads every file's footer.
+_READS = {
+    "step_phases": ("step_metrics", "runs", "log_lines"),
+    "step_health": ("step_metrics",),
+    "run_events": ("log_lines",),
+    "run_summary": ("runs", "log_lines", "step_phases", "run_events", "step_health"),
+    "config_findings": ("runs", "log_lines", "step_metrics", "run_events", "step_health"),
+    **{name: ("run_summary", "step_phases") for name in FLEET_TABLES},
+}
+
 # Columns the SQL reads from a table, so a warehouse lacking that table (a run with no step lines
 # at all, say) still derives: the table is stood in by an empty relation of this shape.
 _EMPTY_SHAPES = {
@@ -50,13 +60,15 @@ def sql_text(name: str) -> str:
     return (SQL_DIR / f"{name}.sql").read_text()
 
 
-def _connect(warehouse: str | Path) -> duckdb.DuckDBPyConnection:
-    con = lake.connect(warehouse)
+def _connect(warehouse: str | Path, names: Iterable[str]) -> duckdb.DuckDBPyConnection:
+    """A connection with a view per table that the SQL files `names` read, as `lake.connect` makes them."""
+    con = duckdb.connect()
     con.execute("set enable_progress_bar = false")
-    present = {r[0] for r in con.execute("select view_name from duckdb_views() where temporary").fetchall()}
-    for table, shape in _EMPTY_SHAPES.items():
-        if table not in present:
-            con.execute(f"create temp table {table} ({shape})")
+    for table in dict.fromkeys(t for name in names for t in _READS[name]):
+        if lake.table_source(warehouse, table) is not None:
+            _refresh_view(con, warehouse, table)
+        elif table in _EMPTY_SHAPES:
+            con.execute(f"create temp table {table} ({_EMPTY_SHAPES[table]})")
     return con
 
 
@@ -105,7 +117,7 @@ def derive_run_table(warehouse: str | Path, name: str, run_ids: Iterable[str]) -
     if name not in RUN_TABLES:
         raise ValueError(f"{name} is not a per-run derived table ({', '.join(RUN_TABLES)})")
     run_ids = list(run_ids)
-    con = _connect(warehouse)
+    con = _connect(warehouse, [name])
     try:
         return _run_table(con, warehouse, name, run_ids)
     finally:
@@ -115,7 +127,7 @@ def derive_run_table(warehouse: str | Path, name: str, run_ids: Iterable[str]) -
 def derive_run_tables(warehouse: str | Path, run_ids: Iterable[str]) -> dict[str, int]:
     """Derive every per-run table for `run_ids` in dependency order; returns rows written per table."""
     run_ids = list(run_ids)
-    con = _connect(warehouse)
+    con = _connect(warehouse, RUN_TABLES)
     try:
         counts = {name: _run_table(con, warehouse, name, run_ids) for name in RUN_TABLES}
     finally:
@@ -134,7 +146,7 @@ def derive_fleet_table(warehouse: str | Path, name: str) -> int:
     """Recompute one fleet table from the per-run tables; returns its row count."""
     if name not in FLEET_TABLES:
         raise ValueError(f"{name} is not a fleet table ({', '.join(FLEET_TABLES)})")
-    con = _connect(warehouse)
+    con = _connect(warehouse, [name])
     try:
         return _fleet_table(con, warehouse, name)
     finally:
@@ -143,7 +155,7 @@ def derive_fleet_table(warehouse: str | Path, name: str) -> int:
 
 def derive_fleet_tables(warehouse: str | Path) -> dict[str, int]:
     """Recompute every fleet table; returns rows written per table."""
-    con = _connect(warehouse)
+    con = _connect(warehouse, FLEET_TABLES)
     try:
         counts = {name: _fleet_table(con, warehouse, name) for name in FLEET_TABLES}
     finally:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
 import uuid
 from collections.abc import Iterable
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -52,14 +54,25 @@ def fleet_table_path(warehouse: str | Path, table: str) -> Path:
     return Path(warehouse) / f"{table}.parquet"
 
 
+@contextmanager
+def _partition_lock(final_dir: Path):
+    """Hold an exclusive lock on one partition, so two processes never swap the same run at once."""
+    locks = final_dir.parent / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / final_dir.name, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def _swap_into_place(new_dir: Path, final_dir: Path) -> None:
     """Replace final_dir by new_dir with renames only, so readers never see a half-written run."""
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     old_dir = final_dir.with_name(f".old-{final_dir.name}-{uuid.uuid4().hex[:8]}")
-    had_old = final_dir.exists()
-    if had_old:
-        os.rename(final_dir, old_dir)
-    os.rename(new_dir, final_dir)
+    with _partition_lock(final_dir):
+        had_old = final_dir.exists()
+        if had_old:
+            os.rename(final_dir, old_dir)
+        os.rename(new_dir, final_dir)
     if had_old:
         shutil.rmtree(old_dir, ignore_errors=True)
 

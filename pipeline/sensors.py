@@ -52,6 +52,12 @@ def plan_archive_changes(entries, seen: dict[str, str]) -> tuple[list[str], list
     return sorted(new), sorted(changed), removed, cursor
 
 
+def archive_cursor(archive: ArchiveResource) -> str:
+    """The sensor cursor that marks every finished run of the archive as seen (set it after a backfill)."""
+    _, _, _, cursor = plan_archive_changes(archive.discover().entries, {})
+    return json.dumps(cursor, sort_keys=True)
+
+
 @sensor(
     job=run_assets_job,
     minimum_interval_seconds=120,

@@ -7,7 +7,8 @@ with params as (
         0.10 as imbalance_ratio,              -- ... we also require a 10% spread so tiny models stay quiet
         0.2 as kl_out_of_control,             -- articles: KL > 0.2 means the policy is running away
         0.3 as clipfrac_high,                 -- articles: healthy PPO clip fraction stays below 0.3
-        0.95 as mem_fraction_oom_risk         -- articles: > 95% of device memory risks OOM
+        0.95 as mem_fraction_oom_risk,        -- articles: > 95% of device memory risks OOM
+        0.3 as clip_ratio_wide                -- articles: PPO cliprange 0.1-0.2
 ),
 run as (
     select *, coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1) as n_gpus
@@ -24,7 +25,8 @@ config_line as (
     select run_id, setting, arg_min(file, line_no) as file, min(line_no) as line_no, arg_min(text, line_no) as text
     from lines
     cross join (values ('gpu_memory_utilization'), ('ppo_mini_batch_size'), ('tensor_model_parallel_size'),
-                       ('train_batch_size'), ('ppo_micro_batch_size_per_gpu'), ('grad_clip'), ('use_kl_loss'))
+                       ('train_batch_size'), ('ppo_micro_batch_size_per_gpu'), ('grad_clip'), ('use_kl_loss'),
+                       ('clip_ratio'))
                as s(setting)
     where kind = 'config' and contains(text, setting)
     group by all
@@ -70,10 +72,11 @@ logged_tp as (
     -- what the rollout engine was actually started with (vLLM server args / engine config)
     select
         l.run_id, l.file, l.line_no, l.text,
-        try_cast(regexp_extract(l.text, 'tensor_parallel_size[''"]?\s*[,:=]\s*[''"]?(\d+)', 1) as bigint) as tp
+        try_cast(regexp_extract(l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?(\d+)', 1) as bigint) as tp
     from lines as l
     where l.kind <> 'config' and contains(l.text, 'tensor_parallel_size')
-      and regexp_matches(l.text, 'tensor_parallel_size[''"]?\s*[,:=]\s*[''"]?\d+')
+      -- `\b` keeps out Megatron's expert_tensor_parallel_size, which is the trainer's, not the rollout's
+      and regexp_matches(l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?\d+')
 ),
 tp_mismatch as (
     select
@@ -103,7 +106,8 @@ n_mismatch as (
         row_number() over (partition by g.run_id order by g.line_no) as rank
     from logged_n as g
     join run as r using (run_id)
-    where r.rollout_n is not null and g.n is not null and g.n <> r.rollout_n
+    -- verl from v0.5 repeats each prompt n times and samples with n=1, so only n > 1 can disagree
+    where r.rollout_n is not null and g.n > 1 and g.n <> r.rollout_n
 ),
 oom_runs as (
     select run_id, min(line_no) as line_no, arg_min(file, line_no) as file, arg_min(message, line_no) as text
@@ -168,6 +172,41 @@ batch_findings as (
     left join config_line as c on c.run_id = f.run_id and c.setting = f.setting
     where f.message is not null
 ),
+algorithm_settings as (
+    select
+        r.run_id,
+        try_cast(json_extract_string(r.config_json, '$.actor_rollout_ref.actor.grad_clip') as double) as grad_clip,
+        try_cast(json_extract_string(r.config_json, '$.actor_rollout_ref.actor.clip_ratio') as double) as clip_ratio,
+        try_cast(json_extract_string(r.config_json, '$.actor_rollout_ref.actor.use_kl_loss') as boolean)
+            as use_kl_loss,
+        try_cast(json_extract_string(r.config_json, '$.algorithm.use_kl_in_reward') as boolean) as use_kl_in_reward
+    from run as r
+    where r.config_json is not null
+),
+algorithm_facts as (
+    select run_id, 'grad_clip_disabled' as finding, 'warning' as severity, 'grad_clip' as setting,
+           format('actor grad_clip is {}: nothing bounds an exploding gradient; the articles require '
+                  'grad_clip 1.0.', grad_clip) as message
+    from algorithm_settings
+    where grad_clip <= 0
+    union all
+    select a.run_id, 'clip_ratio_wide', 'warning', 'clip_ratio',
+           format('PPO clip_ratio={} is wider than the articles'' 0.1-0.2: updates may overshoot.', a.clip_ratio)
+    from algorithm_settings as a
+    cross join params as p
+    where a.clip_ratio > p.clip_ratio_wide
+    union all
+    select run_id, 'no_kl_regularization', 'info', 'use_kl_loss',
+           'Neither the KL loss nor the in-reward KL penalty is on: nothing keeps the policy near the '
+           'reference model. Watch actor/ppo_kl (the articles keep KL within 0.01-0.1).'
+    from algorithm_settings
+    where not use_kl_loss and not coalesce(use_kl_in_reward, false)
+),
+algorithm_findings as (
+    select f.run_id, f.finding, f.severity, f.message, c.file, c.line_no, c.text
+    from algorithm_facts as f
+    left join config_line as c on c.run_id = f.run_id and c.setting = f.setting
+),
 step_signals(finding, severity, key, threshold_name, advice) as (
     values
         ('kl_out_of_control', 'warning', 'actor/ppo_kl', 'kl_out_of_control',
@@ -176,7 +215,7 @@ step_signals(finding, severity, key, threshold_name, advice) as (
          'a clip fraction above {} means updates are too large for the clip range')
 ),
 thresholds as (
-    select * from (unpivot params on kl_out_of_control, clipfrac_high
+    select * from (unpivot (select kl_out_of_control, clipfrac_high from params) on kl_out_of_control, clipfrac_high
                    into name threshold_name value threshold)
 ),
 signal_hits as (
@@ -236,6 +275,8 @@ all_findings as (
     select * exclude (rank) from gmu_high
     union all
     select * exclude (rank) from batch_findings
+    union all
+    select * from algorithm_findings
     union all
     select s.run_id, s.finding, s.severity, s.message, s.file, s.line_no, l.text
     from signal_hits as s

@@ -9,8 +9,9 @@ with patterns(priority, event_class, pattern) as (
         (12, 'ray_task_error', 'RayTaskError'),
         (13, 'traceback', '^\s*Traceback \(most recent call last\)'),
         (14, 'traceback_frame', '^\s*File "[^"]*", line \d+'),
-        (16, 'traceback_code', '^\s{4,}\S|^\s*\^+\s*$|^\t'),
         (15, 'chained_exception', 'During handling of the above exception|The above exception was the direct cause'),
+        -- source lines and carets under a frame, and the tab-indented details of a Ray error
+        (16, 'traceback_code', '^\s{4,}\S|^\s*\^+\s*$|^\t'),
         -- specific causes
         (20, 'host_oom_killed', 'ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)|Out of memory: Kill(ed)? process|oom-kill|Memory cgroup out of memory'),
         (21, 'cuda_oom', 'CUDA out of memory|OutOfMemoryError: CUDA|cuda error: out of memory|CUresult error: \d+ \(out of memory\)|CUDA error: out of memory|torch(\.cuda)?\.OutOfMemoryError'),
@@ -123,8 +124,8 @@ select
     e.component,
     e.body as message,
     e.step,
-    -- preemption is vLLM making room in the KV cache: it happens while generating
     case
+        -- preemption is vLLM making room in the KV cache: it happens while generating
         when c.event_class = 'kv_cache_preemption' then coalesce(p.phase, 'gen')
         when e.block > 0 and e.kind = 'error' then coalesce(e.block_phase, p.phase)
         else p.phase

@@ -47,14 +47,25 @@ final_segment as (
 phases as (
     select * from step_phases where list_contains($run_ids, run_id)
 ),
+final_start as (
+    -- the step the final segment started from: its first step line in the driver log is the
+    -- validation line, which repeats the checkpoint's step
+    select l.run_id, min(try_cast(regexp_extract(l.text, 'step:(\d+) - ', 1) as bigint)) as step
+    from lines as l
+    join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
+    join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
+    where l.kind = 'step_metrics'
+    group by all
+),
 steps as (
     select
         p.run_id,
         max(p.step) filter (where p.segment = f.segment) as last_step,
-        max(p.step) as max_step,
         count(*) as n_steps,
         median(p.step_time) as median_step_s,
-        sum(coalesce(p.step_time, 0) + coalesce(p.testing, 0) + coalesce(p.save_checkpoint, 0)) as counted_s,
+        -- steps whose results survive: up to the checkpoint the final segment resumed from, then its own
+        sum(coalesce(p.step_time, 0) + coalesce(p.testing, 0) + coalesce(p.save_checkpoint, 0)) filter (
+            where p.segment = f.segment or p.step <= coalesce(fs.step, 0)) as counted_s,
         sum(p.gen) as gen, sum(p.reward) as reward, sum(p.old_log_prob) as old_log_prob, sum(p.ref) as ref,
         sum(p."values") as "values", sum(p.adv) as adv, sum(p.update_critic) as update_critic,
         sum(p.update_actor) as update_actor, sum(p.update_weights) as update_weights,
@@ -62,6 +73,7 @@ steps as (
         sum(p.testing) as testing, sum(p.save_checkpoint) as save_checkpoint
     from phases as p
     join final_segment as f using (run_id)
+    left join final_start as fs using (run_id)
     group by all
 ),
 step_totals as (

@@ -26,6 +26,7 @@ with key_map(key, col, priority) as (
         ('timing_per_token_ms/update_actor', 'tpt_update_actor', 1),
         ('timing_per_token/update_actor', 'tpt_update_actor', 2),
         ('perf/total_num_tokens', 'total_tokens', 1),
+        ('response_length/mean', 'response_length_mean', 1),
         ('perf/throughput', 'throughput', 1),
         ('perf/mfu/actor', 'mfu_actor', 1), ('mfu/actor', 'mfu_actor', 2),
         ('perf/mfu/critic', 'mfu_critic', 1), ('mfu/critic', 'mfu_critic', 2)
@@ -65,6 +66,7 @@ wide as (
         max(value) filter (where col = 'tpt_update_critic') as logged_tpt_update_critic,
         max(value) filter (where col = 'tpt_update_actor') as logged_tpt_update_actor,
         max(value) filter (where col = 'total_tokens') as total_tokens,
+        max(value) filter (where col = 'response_length_mean') as response_length_mean,
         max(value) filter (where col = 'throughput') as logged_throughput,
         max(value) filter (where col = 'mfu_actor') as mfu_actor,
         max(value) filter (where col = 'mfu_critic') as mfu_critic,
@@ -77,7 +79,10 @@ wide as (
         'update_critic', 'update_actor', 'update_weights', 'testing', 'save_checkpoint', 'step_time')) > 0
 ),
 gpus as (
-    select run_id, nullif(coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1), 0) as n_gpus
+    select
+        run_id,
+        nullif(coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1), 0) as n_gpus,
+        train_batch_size * coalesce(rollout_n, 1) as n_responses
     from runs
     where list_contains($run_ids, run_id)
 ),
@@ -87,7 +92,8 @@ inside as (
         coalesce(gen, 0) + coalesce(reward, 0) + coalesce(old_log_prob, 0) + coalesce(ref, 0)
             + coalesce("values", 0) + coalesce(adv, 0) + coalesce(update_critic, 0)
             + coalesce(update_actor, 0) + coalesce(update_weights, 0) as phases_sum,
-        g.n_gpus
+        g.n_gpus,
+        w.response_length_mean * g.n_responses as response_tokens
     from wide as w
     left join gpus as g using (run_id)
 ),
@@ -154,7 +160,8 @@ select
     s.update_weights / s.denom as share_update_weights,
     case when s.step_time is not null then s.other_time / s.denom end as share_other,
     b.bottleneck_phase,
-    coalesce(s.logged_tpt_gen, s.gen * 1000 / nullif(s.total_tokens, 0)) as tpt_gen,
+    -- as verl computes them: gen per response token, the other phases per prompt+response token
+    coalesce(s.logged_tpt_gen, s.gen * 1000 / nullif(s.response_tokens, 0)) as tpt_gen,
     coalesce(s.logged_tpt_ref, s.ref * 1000 / nullif(s.total_tokens, 0)) as tpt_ref,
     coalesce(s.logged_tpt_values, s."values" * 1000 / nullif(s.total_tokens, 0)) as tpt_values,
     coalesce(s.logged_tpt_adv, s.adv * 1000 / nullif(s.total_tokens, 0)) as tpt_adv,

@@ -215,6 +215,7 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
         "failure_phase": pa.array([phase], pa.string()), "bottleneck_phase": ["gen"],
         "median_step_s": [float(np.nanmedian(step_time))], "goodput": [0.82 * last_step / expected],
         "resume_count": [0], "parse_completeness": [0.999], "wall_time_s": [wall],
+        "last_line_file": ["train.log"], "last_line_no": pa.array([m], pa.int64()), "last_line_text": [lines[-1]],
         **shares, **{k: [v] for k, v in config.items()},
     }))
 

@@ -120,7 +120,9 @@ def test_phase_columns_equal_timers_and_shares_sum_to_one(warehouse):
         shares = sum(v for k, v in r.items() if k.startswith("share_") and v is not None)
         assert math.isclose(shares, 1.0, abs_tol=1e-9)
         assert r["bottleneck_phase"] == "gen"
-        assert math.isclose(r["tpt_gen"], r["gen"] * 1000 / 40000)
+        # no logged per-token times: gen per response token (mean length x batch x n), like verl
+        assert math.isclose(r["tpt_gen"], r["gen"] * 1000 / (200.0 * 64 * 4))
+        assert math.isclose(r["tpt_update_actor"], 8.0 * 1000 / 40000)
         assert r["throughput"] == pytest.approx(40000 / (r["step_time"] * 8))
     walls = [dict(zip(cols, row, strict=True))["wall_time_s"] for row in rows]
     assert walls == [None, 30.0, 30.0, 30.0]
@@ -209,3 +211,18 @@ def test_fleet_tables(warehouse):
     assert groups == [(4, 15)]
     base = con.execute("select count(*) from run_baselines").fetchone()
     assert base == (4,)
+
+
+def test_rederiving_one_run_replaces_only_its_partition(tmp_path):
+    no_steps = RunBuilder("nosteps-e", total_training_steps=3)
+    no_steps.line("Total training steps: 3", "config")
+    for b in (completed_run(), no_steps):
+        b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["done-b", "nosteps-e"])
+    assert derive.derive_run_table(tmp_path, "step_phases", ["nosteps-e"]) == 0
+    assert (tmp_path / "step_phases" / "run_id=nosteps-e" / "part-0.parquet").is_file()
+    con = connect(tmp_path)
+    assert con.execute("select run_id, count(*) from step_phases group by all").fetchall() == [("done-b", 4)]
+    assert con.execute("select failure_class, last_step from run_summary where run_id = 'nosteps-e'").fetchone() == (
+        "hang", 0)
+    assert not list((tmp_path / "step_phases").glob(".staging-*"))

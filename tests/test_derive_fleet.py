@@ -57,9 +57,8 @@ def test_root_cause_line_is_the_labelled_one(derived):
         if lab["failure_class"] in ("completed", "hang") or lab.get("root_cause_line_no") is None:
             continue
         got = derived.summary[rid]
-        # the file is compared by its tail: entries unpacked from a .tar.gz keep the archive's top folder
         if not (got["root_cause_line_no"] == lab["root_cause_line_no"]
-                and str(got["root_cause_file"]).endswith(lab["root_cause_file"])
+                and got["root_cause_file"] == lab["root_cause_file"]
                 and lab["first_error_line_contains"] in got["root_cause_text"]):
             misses.append((rid, lab["root_cause_line_no"], lab["first_error_line_contains"],
                            got["root_cause_line_no"], got["root_cause_text"]))

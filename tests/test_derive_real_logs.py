@@ -94,3 +94,15 @@ def test_benign_shutdown_notice_is_an_event_not_the_ending(derived):
         "select count(*) from run_events e join run_summary s using (run_id) "
         "where s.source_path like '%27_charcount%' and e.event_class = 'actor_died'").fetchone()[0]
     assert n == 1
+
+
+def test_config_findings_on_real_logs(derived):
+    found = {(stem, finding) for stem, finding in derived.con.execute(
+        "select regexp_extract(s.source_path, '([^/]+)\\.log$', 1), f.finding "
+        "from config_findings as f join runs as s using (run_id)").fetchall()}
+    assert ("10_eto_megatron_deepseek7b_vllm_kv_preemption_ctrl_c_step1", "kv_cache_too_small") in found
+    assert ("28_retool_dapo_agentloop_tool_decode_errors_ray_disk_95pct", "disk_nearly_full") in found
+    assert ("03_logicrl_formula_flashattn_undefined_symbol_ray_import_fail",
+            "train_batch_not_divisible_by_mini_batch") in found
+    # Megatron's expert_tensor_parallel_size is the trainer's, not the rollout's tensor parallel size
+    assert not {f for s, f in found if s.startswith("08_") and f == "rollout_tp_mismatch"}

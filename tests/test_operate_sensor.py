@@ -99,3 +99,16 @@ def test_sensor_over_an_archive_lifecycle(tmp_path):
     kinds = {type(r): r for r in result3.dynamic_partitions_requests}
     assert kinds[AddDynamicPartitionsRequest].partition_keys == ["dapo-live"]
     assert kinds[DeleteDynamicPartitionsRequest].partition_keys == ["ppo-b"]
+
+
+def test_primed_cursor_requests_nothing(tmp_path):
+    need("pipeline.ingest", "discover_runs")
+    from pipeline.sensors import archive_cursor
+
+    archive = tmp_path / "archive"
+    write_run(archive, "grpo-a")
+    write_run(archive, "dapo-live", age_s=5)
+    cursor = archive_cursor(ArchiveResource(root=str(archive), quiet_period_s=600))
+    assert set(json.loads(cursor)) == {"grpo-a"}
+    result, _ = _evaluate(archive, cursor, DagsterInstance.ephemeral())
+    assert isinstance(result, SkipReason)

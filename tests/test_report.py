@@ -110,11 +110,17 @@ def test_root_cause_line_with_file_line_and_context(built, cls):
 
 def test_completed_and_hung_runs_have_no_cause_line(built):
     completed = page(built["pages"]["run-completed"])
-    assert not completed.find_all(id_="root-cause-context")
+    assert not completed.find_all("pre", cls="log")
+    assert "no terminal error" in completed.find("h2", id_="root-cause").parent.text()
     assert not completed.find_all(id_="failure-advice")
     hung = page(built["pages"]["run-hang"])
     assert not hung.find_all(id_="root-cause-context")
     assert "the log simply stops" in hung.find("h2", id_="root-cause").parent.text()
+    spec = built["specs"]["run-hang"]
+    last = 2 + spec.n_steps
+    assert hung.find(id_="last-line-location").text() == f"train.log:{last}"
+    marked = hung.find("pre", id_="last-line-context").find("span", cls="cause")
+    assert marked.attrs["data-line"] == str(last) and f"step:{spec.n_steps} - " in marked.text()
 
 
 def test_anomaly_episodes_are_listed_with_explanation_and_advice(built):
@@ -188,10 +194,17 @@ def test_fleet_lists_runs_needing_attention_first(built):
     order = [int(r.attrs["data-attention"]) for r in rows]
     assert order == sorted(order)
     ids = [r.attrs["data-run-id"] for r in rows]
-    assert ids[0] == "run-hostile", "newest failure first"
-    assert set(ids) == set(built["specs"]) - {"run-completed"}
-    assert ids.index("run-hang") > ids.index("run-unknown")
-    assert ids.index("run-anomalous") > ids.index("run-hang")
+    assert ids == ["run-hostile", "run-cuda-oom", "run-nccl-timeout", "run-hang", "run-anomalous"], \
+        "the last 7 days: failed newest first, then hung, then anomalous"
+    assert doc.find("p", cls="headline").text() == "5 runs from the last 7 days need attention"
+
+
+def test_fleet_attention_falls_back_to_the_newest_when_the_week_is_quiet(built, tmp_path):
+    doc = page(render_fleet_report(built["warehouse"], tmp_path, date(2027, 3, 1)))
+    assert doc.find("p", cls="headline").text() == "No new problems in the last 7 days"
+    ids = [r.attrs["data-run-id"] for r in doc.find("table", id_="attention-table").find_all("tr", cls="run")]
+    assert len(ids) == 11 and ids[0] == "run-hostile" and ids[-1] == "run-anomalous"
+    assert doc.find("p", id_="no-recent-runs")
 
 
 def test_fleet_counts_failures_by_class(built):
@@ -202,7 +215,6 @@ def test_fleet_counts_failures_by_class(built):
     expected["completed"] = 2
     expected["python_exception"] = 2
     assert counts == expected
-    assert doc.find("p", cls="headline").text() == "11 runs need attention"
 
 
 def test_fleet_links_stay_inside_the_reports_folder(built):

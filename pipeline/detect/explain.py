@@ -8,7 +8,7 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from pipeline.detect.features import ASINH_CHANNELS, LINEAR_CHANNELS, LOG_CHANNELS
+from pipeline.detect.features import ASINH_CHANNELS, FALLING, LINEAR_CHANNELS, LOG_CHANNELS
 from pipeline.detect.rules import KNOWLEDGE_DIR
 
 FIXES_FILE = KNOWLEDGE_DIR / "fixes.json"
@@ -49,25 +49,46 @@ def advice_text(kind: str, cls: str, max_changes: int = 3) -> str:
 
 def _describe(channel: str, value: float, base: float, ratio: float) -> str:
     if channel in LOG_CHANNELS:
-        if channel == "throughput" or ratio < 1:
+        if ratio < 1.5:
             return f"{channel} {100 * (ratio - 1):+.0f}%"
-        return f"{channel} {ratio:.1f}x the run's median"
+        return f"{channel} {ratio:.1f}x the run's baseline"
     if channel in ASINH_CHANNELS or channel in LINEAR_CHANNELS:
-        return f"{channel} {value:.3g} (run median {base:.3g})"
+        return f"{channel} {value:.3g} (baseline {base:.3g})"
     return f"{channel} {value:.3g}"
 
 
-def explain_steps(features: pd.DataFrame, raw: pd.DataFrame, flagged: np.ndarray, top: int = 2) -> np.ndarray:
-    """A sentence per flagged step naming the features that moved most and by how much; None elsewhere.
+# The channels that show each class, cited first in its explanation.
+CLASS_CHANNELS = {
+    "gen_slowdown": ("gen", "throughput"),
+    "old_log_prob_slowdown": ("old_log_prob", "step_time"),
+    "update_actor_slowdown": ("update_actor", "step_time"),
+    "kl_spike": ("ppo_kl",),
+    "grad_explosion": ("grad_norm",),
+    "memory_pressure": ("mem_reserved_gb", "mem_allocated_gb"),
+    "entropy_collapse": ("entropy",),
+    "response_length_collapse": ("response_length_mean",),
+    "reward_collapse": ("reward_mean",),
+}
+CITE_Z = 4.0  # other channels are cited when this far from their baseline, the bad way
+BAD_SIGN = {c: -1.0 if c in FALLING or c == "throughput" else 1.0 for c in EXPLAIN_CHANNELS}
 
-    `raw` holds the untransformed channel values aligned with `features` (same index).
+
+def explain_steps(
+    features: pd.DataFrame, raw: pd.DataFrame, flagged: np.ndarray, classes: np.ndarray, top: int = 3
+) -> np.ndarray:
+    """A sentence per flagged step naming the features that moved and by how much; None elsewhere.
+
+    The step's class's own channels come first, then any other channel past CITE_Z, largest
+    first. `raw` holds the untransformed channel values aligned with `features` (same index).
     """
     out = np.full(len(features), None, dtype=object)
     idx = np.flatnonzero(flagged)
     if idx.size == 0:
         return out
-    zmat = np.abs(np.nan_to_num(features[[f"z_{c}" for c in EXPLAIN_CHANNELS]].to_numpy()[idx], nan=0.0))
-    order = np.argsort(-zmat, axis=1)[:, :top]
+    col = {c: j for j, c in enumerate(EXPLAIN_CHANNELS)}
+    signs = np.array([BAD_SIGN[c] for c in EXPLAIN_CHANNELS])
+    zmat = np.nan_to_num(features[[f"z_{c}" for c in EXPLAIN_CHANNELS]].to_numpy()[idx], nan=0.0) * signs
+    order = np.argsort(-zmat, axis=1)
     nonfinite = features["nonfinite"].to_numpy()[idx]
     mem = features["mem_fraction"].to_numpy()[idx]
     clip = features["pg_clipfrac"].to_numpy()[idx]
@@ -79,11 +100,11 @@ def explain_steps(features: pd.DataFrame, raw: pd.DataFrame, flagged: np.ndarray
         parts = []
         if nonfinite[k] > 0:
             parts.append(f"non-finite values in {int(nonfinite[k])} metric(s)")
-        for j in order[k]:
-            if zmat[k, j] < 2.0:
-                break
-            c = EXPLAIN_CHANNELS[j]
-            parts.append(_describe(c, raw_vals[c][k], bases[c][k], ratios[c][k]))
+        cited = [c for c in CLASS_CHANNELS.get(classes[row], ()) if np.isfinite(raw_vals[c][k])]
+        cited += [EXPLAIN_CHANNELS[j] for j in order[k] if zmat[k, j] >= CITE_Z and EXPLAIN_CHANNELS[j] not in cited]
+        for c in cited[: max(0, top - len(parts))]:
+            if np.isfinite(bases[c][k]) and zmat[k, col[c]] != 0:
+                parts.append(_describe(c, raw_vals[c][k], bases[c][k], ratios[c][k]))
         if mem[k] > 0.9:
             parts.append(f"GPU memory {100 * mem[k]:.0f}% used")
         if clip[k] > 0.25:

@@ -32,6 +32,9 @@ ASINH_FLOOR = {"ppo_kl": 1e-3, "pg_loss": 1e-2}
 LINEAR_CHANNELS = ("reward_mean", "pg_clipfrac", "mem_fraction")
 CHANNELS = LOG_CHANNELS + ASINH_CHANNELS + LINEAR_CHANNELS
 FALLING = ("entropy", "response_length_mean", "reward_mean")  # anomalous when they drop
+TIMING = ("gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "update_weights",
+          "step_time", "throughput")
+WARMUP_STEPS = 2
 
 PHASE_TIMES = ("gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "update_weights")
 SHARES = ("share_gen", "share_old_log_prob", "share_update_actor")
@@ -46,10 +49,21 @@ SCALE_FLOOR = {c: 0.02 for c in LOG_CHANNELS} | {
     "mem_fraction": 0.005,
 }
 
+# A step this far from the mean of the steps before it (in transformed units: 1.5x for log
+# channels) stays out of the baselines even when its neighbours agree with it, so a regime that
+# persists to the end of a run (a collapse) does not become its own baseline.
+SHIFT = {c: float(np.log(1.5)) for c in LOG_CHANNELS} | {
+    "ppo_kl": 1.0,
+    "pg_loss": 1.0,
+    "reward_mean": 0.1,
+    "pg_clipfrac": 0.05,
+    "mem_fraction": 0.05,
+}
+
 HALF_WINDOW = 10  # steps on each side of the current one in the rolling baseline
 MIN_PERIODS = 3  # fewer clean steps than this on a side: that side is not used
 MASK_Z = 2.5  # |z| above which a step is kept out of the next pass's baseline
-PASSES = 5
+PASSES = 4
 
 
 def merge_steps(phases: pd.DataFrame, health: pd.DataFrame) -> pd.DataFrame:
@@ -166,57 +180,98 @@ def _noise_scale(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
     return spread.clip(lower=floor, axis=1).fillna(floor)
 
 
-def _one_sided_medians(values: pd.DataFrame, runs: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Median of the HALF_WINDOW rows before and of the HALF_WINDOW rows after each row."""
-    def rolled(frame, keys):
-        out = frame.groupby(keys, sort=False).rolling(HALF_WINDOW, min_periods=MIN_PERIODS).median()
-        return out.reset_index(level=0, drop=True).reindex(values.index)
+def _trailing_median(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
+    """Median of the HALF_WINDOW rows before each row of the same run (NaN with fewer than MIN_PERIODS)."""
+    rolled = values.groupby(runs, sort=False).rolling(HALF_WINDOW, min_periods=MIN_PERIODS).median()
+    rolled = rolled.reset_index(level=0, drop=True).reindex(values.index)
+    return rolled.groupby(runs, sort=False).shift(1)
 
-    before = rolled(values, runs).groupby(runs, sort=False).shift(1)
-    after = rolled(values.iloc[::-1], runs.iloc[::-1]).groupby(runs, sort=False).shift(-1)
-    return before, after
+
+def _run_line(x: np.ndarray, clean: np.ndarray, codes: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """Least-squares line of each run and channel through its clean rows, read at every row."""
+    out = np.full_like(x, np.nan)
+    n_runs = int(codes[-1]) + 1 if len(codes) else 0
+    pos = position.astype(float)
+    for j in range(x.shape[1]):
+        w = clean[:, j].astype(float)
+        y = np.where(clean[:, j], x[:, j], 0.0)
+        sums = [np.bincount(codes, weights=a, minlength=n_runs) for a in (w, w * pos, w * pos * pos, y, y * pos)]
+        out[:, j] = _line_from([s_[codes] for s_ in sums], pos)
+    return out
 
 
 def _baseline(values: pd.DataFrame, runs: pd.Series):
     """Baseline, residual and robust z of every channel against the run's own neighbourhood.
 
-    One-sided rolling medians first find the steps that jump away from what comes before or
-    after them; passes of the local level over the remaining (clean) steps then grow the set of
-    excluded steps, so neither an episode nor the current step is part of its own baseline.
+    A trailing rolling median first finds the steps that jump away from what came before them;
+    passes of the local level over the remaining (clean) steps then refine the set of excluded
+    steps, so neither an episode nor the current step is part of its own baseline.
     """
-    scale = _noise_scale(values, runs)
-    before, after = _one_sided_medians(values, runs)
-    mask = ((values - before).abs() > MASK_Z * scale) | ((values - after).abs() > MASK_Z * scale)
-    mask |= values.isna()
-    g0, g1 = _group_bounds(runs)
+    names = list(values.columns)
     x = values.to_numpy(dtype=float)
-    falling = [c for c in FALLING if c in values.columns]
+    scale = _noise_scale(values, runs).to_numpy()
+    before = _trailing_median(values, runs).to_numpy()
     finite = np.isfinite(x)
-    fallback = np.empty_like(x)
-    for j in range(x.shape[1]):
-        fallback[:, j] = _local_level(x[:, j], finite[:, j], g0, g1)[0]
+    with np.errstate(invalid="ignore"):
+        # the past is the reference: a run's first steps are not judged by what comes after them
+        mask = np.abs(x - before) > MASK_Z * scale
+    g0, g1 = _group_bounds(runs)
+    falling = np.array([c in FALLING for c in names])
+    shift = np.array([SHIFT[c] for c in names])
+    codes = np.cumsum(np.r_[True, g0[1:] != g0[:-1]]) - 1
+    position = np.arange(len(x)) - g0
+    two, trail = np.empty_like(x), np.empty_like(x)
     for _ in range(PASSES):
-        clean = ~mask.to_numpy() & finite
-        two, trail = np.empty_like(x), np.empty_like(x)
+        clean = ~mask & finite
+        # a long episode (a collapse lasting a sixth of the run) is far from the run's own line
+        # even where its neighbours agree with it
+        # (refitted without the far rows, so a long episode cannot tilt the line toward itself)
+        limit = np.maximum(shift, MASK_Z * scale)
+        far = np.zeros_like(clean)
+        for _ in range(3):
+            far = np.abs(x - _run_line(x, clean & ~far, codes, position)) > limit
+        clean &= ~far
         for j in range(x.shape[1]):
             two[:, j], trail[:, j] = _local_level(x[:, j], clean[:, j], g0, g1)
-        # where too much is masked to fit a line, the line through every step stands in
-        two = np.where(np.isnan(two), fallback, two)
-        resid_two = values - pd.DataFrame(two, index=values.index, columns=values.columns)
-        resid_trail = values - pd.DataFrame(trail, index=values.index, columns=values.columns)
-        z_two = resid_two / scale
-        z_trail = resid_trail / scale
-        use_trail = z_trail.abs() > z_two.abs()
-        # a collapse is a drop against the past: a falling channel is only as low as both
-        # baselines agree, and without history it is not low at all
-        z_trail0 = z_trail[falling].fillna(0.0)
-        use_trail[falling] = z_trail0 > z_two[falling]
-        z = z_two.mask(use_trail, z_trail)
-        z[falling] = np.maximum(z_two[falling], z_trail0)
-        resid = resid_two.mask(use_trail & z_trail.notna(), resid_trail)
-        # recomputed, not accumulated, so a step masked by a lagging first guess comes back
-        mask = (z_two.abs() > MASK_Z) | values.isna()
-    return values - resid, resid, z
+            gaps = np.isnan(two[:, j]) & finite[:, j]
+            if gaps.any():
+                # too much is masked to fit a line: the line through every step stands in
+                two[gaps, j] = _local_level(x[:, j], finite[:, j], g0, g1)[0][gaps]
+        resid_two, resid_trail = x - two, x - trail
+        z_two, z_trail = resid_two / scale, resid_trail / scale
+        with np.errstate(invalid="ignore"):
+            use_trail = np.abs(z_trail) > np.abs(z_two)
+            # a collapse is a drop against the past: a falling channel is only as low as both
+            # baselines agree, and without history it is not low at all
+            z_trail0 = np.nan_to_num(z_trail, nan=0.0)
+            use_trail = np.where(falling, z_trail0 > z_two, use_trail)
+            z = np.where(use_trail, z_trail, z_two)
+            z = np.where(falling, np.maximum(z_two, z_trail0), z)
+            resid = np.where(use_trail & ~np.isnan(z_trail), resid_trail, resid_two)
+            # recomputed, not accumulated, so a step masked by a lagging first guess comes back
+            shifted = (np.abs(z_trail) > MASK_Z) & (np.abs(resid_trail) > shift)
+            mask = (np.abs(z_two) > MASK_Z) | shifted
+    frame = lambda a: pd.DataFrame(a, index=values.index, columns=names)  # noqa: E731
+    return frame(x - resid), frame(resid), frame(z)
+
+
+def _diff(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Step-over-step change within each run (NaN on a run's first row)."""
+    d = np.r_[np.nan, np.diff(x)]
+    d[first] = np.nan
+    return d
+
+
+def _centred_mean3(z: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Mean of each row and its neighbours in the same run, ignoring missing values."""
+    prev = np.r_[np.nan, z[:-1]]
+    prev[first] = np.nan
+    nxt = np.r_[z[1:], np.nan]
+    nxt[last] = np.nan
+    stack = np.stack([prev, z, nxt])
+    count = np.sum(~np.isnan(stack), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, np.nansum(stack, axis=0) / count, np.nan)
 
 
 def _nonfinite_count(df: pd.DataFrame) -> pd.Series:
@@ -251,29 +306,34 @@ def build_features(
     values, typicals = _transform(df)
 
     base, resid, z = _baseline(values, runs)
+    # verl's first steps compile kernels and warm caches: their phase times are not judged
+    position = df.groupby("run_id", sort=False).cumcount().to_numpy()
+    timing = [c for c in TIMING if c in z.columns]
+    z.loc[position < WARMUP_STEPS, timing] = 0.0
 
-    out = pd.DataFrame({"run_id": runs, "step": df["step"].astype("int64")})
+    out = {"run_id": runs.to_numpy(), "step": df["step"].to_numpy(dtype="int64")}
     for c in CHANNELS:
-        out[f"z_{c}"] = z[c]
+        out[f"z_{c}"] = z[c].to_numpy()
         if c in LOG_CHANNELS:
-            out[f"base_{c}"] = np.exp(base[c])
+            out[f"base_{c}"] = np.exp(base[c].to_numpy())
         elif c in ASINH_CHANNELS:
-            out[f"base_{c}"] = np.sinh(base[c]) * typicals[c]
+            out[f"base_{c}"] = np.sinh(base[c].to_numpy()) * typicals[c].to_numpy()
         else:
-            out[f"base_{c}"] = base[c]
+            out[f"base_{c}"] = base[c].to_numpy()
     for c in LOG_CHANNELS:
-        out[f"{c}_ratio"] = np.exp(resid[c])
+        out[f"{c}_ratio"] = np.exp(resid[c].to_numpy())
+    first = position == 0
     for c in ("gen", "old_log_prob", "update_actor", "step_time", "ppo_kl", "grad_norm", "entropy",
               "response_length_mean", "reward_mean", "mem_reserved_gb"):
-        out[f"d_{c}"] = values[c].groupby(runs, sort=False).diff()
-    zcols = [f"z_{c}" for c in CHANNELS]
-    smooth = out[zcols].groupby(runs, sort=False).rolling(3, center=True, min_periods=1).mean()
-    smooth = smooth.reset_index(level=0, drop=True).sort_index()
-    out[[f"zs_{c}" for c in CHANNELS]] = smooth.to_numpy()
+        out[f"d_{c}"] = _diff(values[c].to_numpy(), first)
+    last = np.r_[position[1:] == 0, True]
+    for c in CHANNELS:
+        out[f"zs_{c}"] = _centred_mean3(out[f"z_{c}"], first, last)
+    out = pd.DataFrame(out, index=df.index)
 
     out["nonfinite"] = _nonfinite_count(df)
     out["ppo_kl"] = df["ppo_kl"].astype(float) if "ppo_kl" in df else np.nan
-    out["d_ppo_kl"] = out["ppo_kl"].groupby(runs, sort=False).diff()
+    out["d_ppo_kl"] = _diff(out["ppo_kl"].to_numpy(), first)
     out["pg_clipfrac"] = df["pg_clipfrac"].astype(float) if "pg_clipfrac" in df else np.nan
     mem_fraction = df["mem_fraction"].astype(float) if "mem_fraction" in df else pd.Series(np.nan, index=df.index)
     if "mem_total_gb" in df:

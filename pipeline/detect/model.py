@@ -35,6 +35,7 @@ MODEL_FEATURES = (
        "share_update_actor_delta")
 )
 Z_CLIP = 30.0
+QUANTILE_SAMPLE = 200_000
 
 DEFAULT_THRESHOLDS = {
     # an attribute rule this many times past its threshold flags without the model's agreement
@@ -77,7 +78,7 @@ class AnomalyModelConfig:
 
     n_estimators: int = 100
     contamination: float = 0.03
-    max_samples: int = 1024
+    max_samples: int = 256
     random_state: int = 20250704
     thresholds: dict = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
 
@@ -123,7 +124,9 @@ def fit_model(features: pd.DataFrame, config: AnomalyModelConfig | None = None) 
         max_samples=min(config.max_samples, len(x)),
         random_state=config.random_state,
     ).fit(x)
-    scores = -forest.score_samples(x)
+    # the quantile needs no more than a sample of the fleet's steps
+    sample = np.random.default_rng(config.random_state).choice(len(x), min(len(x), QUANTILE_SAMPLE), replace=False)
+    scores = -forest.score_samples(x[sample])
     extreme = float(np.quantile(scores, config.thresholds.get("extreme_quantile", 0.9995)))
     return FittedModel(forest, MODEL_FEATURES, extreme, dict(config.thresholds))
 
@@ -299,7 +302,7 @@ def score_frame(
     elif "score_mean" in raw:
         raw["reward_mean"] = raw["score_mean"]
     flagged = result["is_anomaly"].to_numpy()
-    result["explanation"] = explain_steps(features, raw, flagged)
+    result["explanation"] = explain_steps(features, raw, flagged, result["anomaly_class"].to_numpy())
     advice = {c: advice_text("anomaly_class", c) for c in result["anomaly_class"].dropna().unique()}
     result["advice"] = result["anomaly_class"].map(advice)
     result.loc[~result["is_anomaly"], "episode_first_step"] = None

@@ -294,16 +294,21 @@ def _mark_trace_code_lines(text: pa.StringArray, kind: np.ndarray, file_lines: n
 
 
 def _prefix(text: pa.StringArray) -> tuple[pa.Array, pa.Array]:
+    """Component and pid of the Ray prefix; parsed once per distinct prefix (a run has few)."""
     n = len(text)
-    has = np.flatnonzero(_mask(pc.starts_with(text, "(")))
+    has = np.flatnonzero(_mask(pc.match_substring_regex(text, PREFIX_RE)))
     if len(has) == 0:
         return pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
-    ex = pc.extract_regex(text.take(pa.array(has)), PREFIX_RE)
+    heads = pc.utf8_slice_codeunits(text.take(pa.array(has)), 0, 128)
+    heads = pc.list_element(pc.split_pattern(heads, ")", max_splits=1), 0)
+    distinct = pc.dictionary_encode(heads)
+    ex = pc.extract_regex(pc.binary_join_element_wise(distinct.dictionary, ")", ""), PREFIX_RE)
     comp, pid_s, raylet = (pc.struct_field(ex, [i]) for i in range(3))
     pid_s = pc.if_else(pc.equal(pid_s, ""), None, pid_s)
     comp = pc.if_else(pc.equal(comp, ""), pc.if_else(pc.is_null(pid_s), None, "pid"), comp)
     comp = pc.if_else(pc.equal(raylet, "raylet"), "raylet", comp)
-    return _scatter(n, has, comp, pa.string()), _scatter(n, has, pc.cast(pid_s, pa.int64()), pa.int64())
+    comp, pid = comp.take(distinct.indices), pc.cast(pid_s, pa.int64()).take(distinct.indices)
+    return _scatter(n, has, comp, pa.string()), _scatter(n, has, pid, pa.int64())
 
 
 def _timestamps(text: pa.StringArray) -> pa.Array:

@@ -30,7 +30,7 @@ class IngestLimits:
     max_total_bytes: int = 64 * 2**30  # decompressed bytes per run: the decompression-bomb guard
     max_members: int = 100_000  # files per run (folder files or archive members)
     max_line_bytes: int = 64 * 2**20  # longer lines are kept truncated to this size
-    block_bytes: int = 32 * 2**20  # bytes read per block
+    block_bytes: int = 16 * 2**20  # bytes per block: several blocks are in flight at once
 
 
 def entry_stem(name: str) -> str:

@@ -41,7 +41,15 @@ from .lines import (
     unclassified,
 )
 from .readers import IngestLimits, iter_files
-from .steps import ROWS_SCHEMA, StepRows, parse_memory_lines, parse_step_lines
+from .steps import (
+    SOURCE_NAMES,
+    SRC_JSONL,
+    SRC_MEMORY,
+    SRC_SEED_TIMING,
+    StepRows,
+    parse_memory_lines,
+    parse_step_lines,
+)
 
 LOG_LINES_SCHEMA = pa.schema(
     [
@@ -67,13 +75,6 @@ STEP_METRICS_SCHEMA = pa.schema(
         ("file", pa.string()),
         ("line_no", pa.int64()),
     ]
-)
-RAW_ROWS_SCHEMA = (
-    ROWS_SCHEMA.remove(ROWS_SCHEMA.get_field_index("line_idx"))
-    .append(pa.field("segment", pa.int32()))
-    .append(pa.field("file", pa.string()))
-    .append(pa.field("file_idx", pa.int32()))
-    .append(pa.field("line_no", pa.int64()))
 )
 RUNS_SCHEMA = pa.schema(
     [
@@ -101,31 +102,29 @@ RUNS_SCHEMA = pa.schema(
 )
 KIND_NAMES = pa.array(KINDS, pa.string())
 SOURCE_RANK = "case source when 'console' then 0 when 'seed_kv' then 1 when 'seed_timing' then 1 else 2 end"
+# One value per (step, key): the later segment wins, then console over the seed formats over JSONL,
+# then the later line. JSONL rows carry segment -1: the file logger is truncated at every start-up,
+# so what it holds belongs to the last segment.
 RECONCILE_SQL = f"""
 with raw as (select * from read_parquet($path)),
-last_segment as (select coalesce(max(segment), 0) as s from raw where segment >= 0),
+last_segment as (select coalesce(max(segment), 0) as s from raw),
 fixed as (
-    select step, key, value, source,
-           case when segment < 0 then (select s from last_segment) else segment end as segment,
-           file, file_idx, line_no
+    select * replace (case when segment < 0 then (select s from last_segment) else segment end as segment)
     from raw
 ),
-memory as (
-    select step, key, max(value) as value, 'memory_line' as source, segment,
-           arg_max(file, value) as file, max(file_idx) as file_idx, arg_max(line_no, value) as line_no
-    from fixed where source = 'memory_line' group by step, key, segment
-),
-candidates as (
-    select * exclude (file_idx), file_idx from fixed where source <> 'memory_line'
-    union all by name select * from memory
+kept as (
+    select step, key,
+           arg_max({{'value': value, 'source': source, 'segment': segment, 'file': file, 'line_no': line_no}},
+                   {{'segment': segment, 'rank': -({SOURCE_RANK}), 'file': file, 'line_no': line_no}}) as k
+    from fixed
+    group by step, key
 )
-select step, key, value, source, segment::integer as segment, file, line_no
-from candidates
-qualify row_number() over (
-    partition by step, key order by segment desc, {SOURCE_RANK}, file_idx desc, line_no desc
-) = 1
+select step, key, k.value as value, k.source as source, k.segment::integer as segment, k.file as file,
+       k.line_no as line_no
+from kept
 order by step, key
 """
+SOURCES = pa.array(SOURCE_NAMES, pa.string())
 
 
 @dataclass
@@ -169,6 +168,7 @@ class RunTotals:
     n_console: int = 0
     n_np: int = 0
     n_v04: int = 0
+    n_v04_sampled: int = 0
     n_seed: int = 0
     max_segment: int = 0
     first_ts: datetime | None = None
@@ -217,7 +217,10 @@ class _RunIngest:
         self.totals = RunTotals()
         self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
         self.raw_path = scratch / "step_rows.parquet"
-        self.raw_writer = pq.ParquetWriter(self.raw_path, RAW_ROWS_SCHEMA, compression="lz4")
+        self.raw_writer = pq.ParquetWriter(self.raw_path, STEP_METRICS_SCHEMA, compression="lz4")
+        self.seen_steps: set[int] = set()
+        self.needs_reconcile = False  # only when a (step, key) can occur twice: resumes, JSONL, seed timings
+        self.memory: list[pa.Table] = []  # per block: the largest memory value per (segment, step, key)
         self.write_pool = ThreadPoolExecutor(1)
         self.pending_write: Future | None = None
 
@@ -240,7 +243,7 @@ class _RunIngest:
         for raw in iter_raw_blocks(_counted(chunks, self.totals), name, self.limits, self.problems):
             crlf = crlf or b"\r\n" in raw
             pending.append(pool.submit(_stage_a, raw, name, self.limits))
-            while len(pending) > 2:
+            while len(pending) > 1:
                 res = pending.popleft().result()
                 n_nul, n_bad = self._stage_b(res, line_no, state, file_idx, name, n_nul, n_bad)
                 line_no += len(res.lines.text)
@@ -264,7 +267,8 @@ class _RunIngest:
             self.problems.append(f"{name}: CRLF line endings: the \\r of each ending was removed")
 
     def _stage_b(
-        self, res: BlockResult, first: int, state: FileState, file_idx: int, name: str, n_nul: int, n_bad: int):
+        self, res: BlockResult, first: int, state: FileState, file_idx: int, name: str, n_nul: int, n_bad: int
+    ):
         lines, cls, rows = res.lines, res.cls, res.rows
         text, n = lines.text, len(lines.text)
         kind = cls.kind
@@ -279,6 +283,7 @@ class _RunIngest:
         t.n_console += rows.n_console
         t.n_np += rows.n_np
         t.n_v04 += rows.n_v04
+        t.n_v04_sampled += rows.n_v04_sampled
         t.n_seed += rows.n_seed
         t.max_segment = max(t.max_segment, state.segment)
         self.problems.extend(f"{name}:{first + i}: {msg}" for i, msg in rows.problems)
@@ -303,7 +308,7 @@ class _RunIngest:
         )
         self._flush_write()
         self.pending_write = self.write_pool.submit(self.log_writer.write, batch)
-        self._write_rows(rows, seg, ctx, file_idx, name, first)
+        self._write_rows(rows, seg, ctx, name, first)
         return n_nul + res.n_nul, n_bad + lines.n_undecodable
 
     def _flush_write(self) -> None:
@@ -386,54 +391,143 @@ class _RunIngest:
             ctx[i] = s
         return seg, ctx
 
-    def _write_rows(
-        self, rows: StepRows, seg: np.ndarray, ctx: np.ndarray, file_idx: int, name: str, first: int
-    ):
+    def _write_rows(self, rows: StepRows, seg: np.ndarray, ctx: np.ndarray, name: str, first: int) -> None:
         table = rows.table()
         if table.num_rows == 0:
             return
+        for _, step in rows.events:
+            self.needs_reconcile = self.needs_reconcile or step in self.seen_steps
+            self.seen_steps.add(step)
         idx = table.column("line_idx").to_numpy()
+        source = table.column("source").to_numpy()
         step = table.column("step").to_numpy().copy()
         step[step < 0] = ctx[idx[step < 0]]
-        segment = seg[idx].copy()
-        segment[pc.equal(table.column("source"), "jsonl").to_numpy()] = -1
+        segment = seg[idx].astype(np.int32)
+        segment[source == SRC_JSONL] = -1
+        if (source == SRC_JSONL).any() or (source == SRC_SEED_TIMING).any():
+            self.needs_reconcile = True
+        memory = source == SRC_MEMORY
+        if memory.any():
+            self._add_memory(
+                step[memory],
+                segment[memory],
+                table.column("key").filter(memory),
+                table.column("value").filter(memory),
+                idx[memory] + first,
+                name,
+            )
+            keep = ~memory
+            table, step, segment, source, idx = (
+                table.filter(keep),
+                step[keep],
+                segment[keep],
+                source[keep],
+                idx[keep],
+            )
+        n = table.num_rows
         out = pa.table(
             {
                 "step": pa.array(step),
                 "key": table.column("key"),
                 "value": table.column("value"),
-                "source": table.column("source"),
-                "segment": pa.array(segment, pa.int32()),
-                "file": pa.array([name] * table.num_rows, pa.string()),
-                "file_idx": pa.array(np.full(table.num_rows, file_idx, dtype=np.int32)),
+                "source": pa.DictionaryArray.from_arrays(pa.array(source), SOURCES),
+                "segment": pa.array(segment),
+                "file": pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(n, dtype=np.int8)), pa.array([name])
+                ),
                 "line_no": pa.array(idx + first),
             }
         )
-        self.raw_writer.write_table(out.select(RAW_ROWS_SCHEMA.names).cast(RAW_ROWS_SCHEMA))
+        self.raw_writer.write_table(out.cast(STEP_METRICS_SCHEMA))
+
+    def _add_memory(self, step, segment, key, value, line_no, name: str) -> None:
+        """Keep the largest value per (segment, step, key) of this block, with the line it came from."""
+        t = pa.table(
+            {
+                "segment": segment,
+                "step": step,
+                "key": key,
+                "value": value,
+                "file": pa.array(np.full(len(step), name, dtype=object), pa.string()),
+                "line_no": line_no,
+            }
+        )
+        self.memory.append(_largest(t))
+
+    def _memory_table(self) -> pa.Table:
+        """The memory values of the steps: the largest, the later segment winning."""
+        if not self.memory:
+            return STEP_METRICS_SCHEMA.empty_table()
+        t = _largest(pa.concat_tables([m.cast(self.memory[0].schema) for m in self.memory]))
+        t = t.sort_by([("step", "ascending"), ("key", "ascending"), ("segment", "descending")])
+        first = t.group_by(["step", "key"], use_threads=False).aggregate(
+            [(c, "first") for c in ("value", "segment", "file", "line_no")]
+        )
+        n = first.num_rows
+        return pa.table(
+            {
+                "step": first.column("step"),
+                "key": first.column("key"),
+                "value": first.column("value_first"),
+                "source": pa.array(["memory_line"] * n, pa.string()),
+                "segment": first.column("segment_first"),
+                "file": first.column("file_first"),
+                "line_no": first.column("line_no_first"),
+            }
+        ).cast(STEP_METRICS_SCHEMA)
 
     def reconcile(self, warehouse: Path) -> tuple[Path, int, int]:
         """Keep one value per (step, key) and write `step_metrics`; returns (path, n_steps, n_values)."""
         self.raw_writer.close()
         con = duckdb.connect()
+        steps: set[int] = set()
+        counted = [0]
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            if self.needs_reconcile:
+                con.execute(
+                    "set memory_limit='256MB'; set threads=2; set preserve_insertion_order=true;"
+                    f"set enable_progress_bar=false; set temp_directory='{self.raw_path.parent}'"
+                )
+                source = con.sql(RECONCILE_SQL, params={"path": str(self.raw_path)}).to_arrow_reader(65536)
+            else:
+                source = pq.ParquetFile(self.raw_path).iter_batches(65536)
+            for batch in [*source, *self._memory_table().to_batches()]:
+                steps.update(np.unique(batch.column("step").to_numpy()).tolist())
+                counted[0] += batch.num_rows
+                yield batch
+
         try:
-            con.execute("set memory_limit='384MB'; set threads=2; set preserve_insertion_order=true")
-            con.execute(f"set temp_directory='{self.raw_path.parent}'")
-            reader = con.sql(RECONCILE_SQL, params={"path": str(self.raw_path)}).to_arrow_reader(65536)
-            path = write_run_table(warehouse, "step_metrics", self.entry.run_id, reader, STEP_METRICS_SCHEMA)
-            target = str(path / "*.parquet")
-            n_steps, n_values = con.execute(
-                "select count(distinct step), count(*) from read_parquet($p)", {"p": target}
-            ).fetchone()
+            path = write_run_table(
+                warehouse, "step_metrics", self.entry.run_id, batches(), STEP_METRICS_SCHEMA
+            )
         finally:
             con.close()
-        return path, int(n_steps), int(n_values)
+        return path, len(steps), counted[0]
+
+
+def _largest(t: pa.Table) -> pa.Table:
+    """One row per (segment, step, key): the one with the largest value (the earliest line on ties)."""
+    t = t.sort_by(
+        [
+            ("segment", "ascending"),
+            ("step", "ascending"),
+            ("key", "ascending"),
+            ("value", "descending"),
+            ("line_no", "ascending"),
+        ]
+    )
+    g = t.group_by(["segment", "step", "key"], use_threads=False).aggregate(
+        [(c, "first") for c in ("value", "file", "line_no")]
+    )
+    return g.rename_columns(["segment", "step", "key", "value", "file", "line_no"])
 
 
 def _verl_format(t: RunTotals) -> str:
     if t.n_np:
         return "np2"
     if t.n_console:
-        return "v04" if t.n_v04 >= 0.9 * t.n_console else "bare"
+        return "v04" if t.n_v04 >= 0.9 * t.n_v04_sampled else "bare"
     return "seed_kv" if t.n_seed else "none"
 
 

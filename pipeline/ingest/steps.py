@@ -35,6 +35,8 @@ MEMORY_KEYS = (
     "memory/device_total_gb",
 )
 MIN_WRAP_WIDTH = 60
+SOURCE_NAMES = ("console", "jsonl", "seed_kv", "seed_timing", "memory_line")
+SRC_CONSOLE, SRC_JSONL, SRC_SEED_KV, SRC_SEED_TIMING, SRC_MEMORY = range(5)
 
 
 @dataclass
@@ -55,10 +57,11 @@ class StepRows:
     n_console: int = 0
     n_np: int = 0
     n_v04: int = 0
+    n_v04_sampled: int = 0
     n_seed: int = 0
     problems: list = field(default_factory=list)  # (line_idx, message)
 
-    def add(self, step: int, key: str, value: float, source: str, line_idx: int) -> None:
+    def add(self, step: int, key: str, value: float, source: int, line_idx: int) -> None:
         """Append one parsed value."""
         self.step.append(step)
         self.key.append(key)
@@ -76,7 +79,7 @@ class StepRows:
                         "step": pa.array(self.step, pa.int64()),
                         "key": pa.array(self.key, pa.string()),
                         "value": pa.array(self.value, pa.float64()),
-                        "source": pa.array(self.source, pa.string()),
+                        "source": pa.array(self.source, pa.int8()),
                         "line_idx": pa.array(self.line_idx, pa.int64()),
                     }
                 )
@@ -91,7 +94,7 @@ ROWS_SCHEMA = pa.schema(
         ("step", pa.int64()),
         ("key", pa.string()),
         ("value", pa.float64()),
-        ("source", pa.string()),
+        ("source", pa.int8()),
         ("line_idx", pa.int64()),
     ]
 )
@@ -194,33 +197,48 @@ def nth(lists: pa.Array, i: int) -> pa.Array:
     return pc.list_element(padded, i)
 
 
+def _clean_rest(rest: str) -> str:
+    """Pairs text of a step line without what can follow it on the same line."""
+    if "\r" in rest:
+        rest = rest.split("\r", 1)[0]
+    if "[repeated " in rest:
+        rest = re.sub(REPEATED_RE, "", rest)
+    return rest.rstrip(" -")
+
+
 def _parse_console(rests: list[str], where: list[tuple[int, int]], rows: StepRows) -> None:
-    rest = pa.array(rests, pa.string())
-    rest = pc.replace_substring_regex(rest, r"\r.*$", "")
-    rest = pc.replace_substring_regex(rest, REPEATED_RE, "")
-    rest = pc.utf8_rtrim(rest, " -")
+    rest = pa.array([_clean_rest(r) for r in rests], pa.string())
     pairs = pc.split_pattern(rest, " - ")
     parent = pc.list_parent_indices(pairs).to_numpy()
     flat = pc.list_flatten(pairs)
+    # an item without ":" becomes ":" so that every split has a key and a value (both empty: a failure)
+    flat = pc.if_else(pc.match_substring(flat, ":"), flat, ":")
     kv = pc.split_pattern(flat, ":", max_splits=1, reverse=True)
-    key = nth(kv, 0)
-    val = pc.utf8_trim_whitespace(nth(kv, 1))
-    is_np = pc.fill_null(pc.match_substring_regex(val, NP_WRAPPED_RE), False)
-    val = pc.replace_substring_regex(val, NP_WRAPPED_RE, r"\1")
-    is_num = pc.fill_null(pc.match_substring_regex(val, NUMBER_RE), False)
-    is_bool = pc.fill_null(pc.is_in(val, pa.array(["True", "False"])), False)
+    key = pc.list_element(kv, 0)
+    val = pc.utf8_trim_whitespace(pc.list_element(kv, 1))
+    is_np = pc.starts_with(val, "np.")
+    n_np = pc.sum(is_np).as_py() or 0
+    if n_np:
+        inner = pc.replace_substring_regex(val.filter(is_np), NP_WRAPPED_RE, r"\1")
+        val = pc.replace_with_mask(val, is_np, inner)
+    is_num = pc.match_substring_regex(val, NUMBER_RE)
+    is_bool = pc.is_in(val, pa.array(["True", "False"]))
     ok = pc.or_(is_num, is_bool)
     n_ok = pc.sum(ok).as_py() or 0
     rows.n_failures += len(flat) - n_ok
     rows.n_values += n_ok
     rows.n_console += n_ok
-    rows.n_np += pc.sum(pc.and_(is_np, ok)).as_py() or 0
-    rows.n_v04 += pc.sum(pc.fill_null(pc.match_substring_regex(val, V04_RE), False)).as_py() or 0
+    if n_np:
+        rows.n_np += pc.sum(pc.and_(is_np, ok)).as_py() or 0
+    # the number format is a property of the run: a sample of values decides it
+    sample = val.slice(0, 256)
+    rows.n_v04_sampled += len(sample)
+    rows.n_v04 += pc.sum(pc.match_substring_regex(sample, V04_RE)).as_py() or 0
     if n_ok == 0:
         return
-    num = pc.if_else(is_num, val, "0")
-    value = pc.cast(num, pa.float64())
-    value = pc.if_else(is_bool, pc.if_else(pc.equal(val, "True"), 1.0, 0.0), value)
+    value = pc.cast(pc.if_else(is_num, val, "0"), pa.float64())
+    if pc.any(is_bool).as_py():
+        value = pc.if_else(is_bool, pc.if_else(pc.equal(val, "True"), 1.0, 0.0), value)
     starts = np.array([w[0] for w in where], dtype=np.int64)
     steps = np.array([w[1] for w in where], dtype=np.int64)
     table = pa.table(
@@ -228,11 +246,11 @@ def _parse_console(rests: list[str], where: list[tuple[int, int]], rows: StepRow
             "step": pa.array(steps[parent]),
             "key": key,
             "value": value,
-            "source": pa.array(np.full(len(flat), "console", dtype=object), pa.string()),
+            "source": pa.array(np.zeros(len(flat), dtype=np.int8)),
             "line_idx": pa.array(starts[parent]),
         }
-    ).filter(ok)
-    rows.arrow.append(table)
+    )
+    rows.arrow.append(table if n_ok == len(flat) else table.filter(ok))
 
 
 def _number(v) -> float | None:
@@ -257,7 +275,7 @@ def _parse_jsonl(line: str, start: int, rows: StepRows) -> None:
     for k, v in items:
         x = _number(v)
         if x is not None:
-            rows.add(step, str(k), x, "jsonl", start)
+            rows.add(step, str(k), x, SRC_JSONL, start)
             rows.n_values += 1
 
 
@@ -270,7 +288,7 @@ def _parse_seed_kv(line: str, start: int, rows: StepRows) -> None:
     for item in m.group(2).split(","):
         k, _, v = item.strip().partition("=")
         try:
-            rows.add(step, k, float(v), "seed_kv", start)
+            rows.add(step, k, float(v), SRC_SEED_KV, start)
             rows.n_values += 1
         except ValueError:
             rows.n_failures += 1
@@ -279,7 +297,7 @@ def _parse_seed_kv(line: str, start: int, rows: StepRows) -> None:
 def _parse_seed_timing(line: str, start: int, rows: StepRows) -> None:
     for name, ms in SEED_TIMING.findall(line):
         try:
-            rows.add(-1, f"timing_s/{name}", float(ms) / 1000.0, "seed_timing", start)
+            rows.add(-1, f"timing_s/{name}", float(ms) / 1000.0, SRC_SEED_TIMING, start)
             rows.n_values += 1
         except ValueError:
             rows.n_failures += 1
@@ -298,7 +316,9 @@ def parse_memory_lines(text: pa.StringArray, idx: np.ndarray, rows: StepRows) ->
     device = pc.split_pattern(nth(parts, 3), "/", max_splits=1)
     fields += [nth(device, 0), nth(device, 1)]
     for field_, key in zip(fields, MEMORY_KEYS, strict=True):
-        good = pc.fill_null(pc.match_substring_regex(field_, r"^\d+(?:\.\d*)?$"), False).to_numpy(zero_copy_only=False)
+        good = pc.fill_null(pc.match_substring_regex(field_, r"^\d+(?:\.\d*)?$"), False).to_numpy(
+            zero_copy_only=False
+        )
         sel = np.flatnonzero(good & (n_parts >= 3))
         if len(sel) == 0:
             continue
@@ -308,7 +328,7 @@ def parse_memory_lines(text: pa.StringArray, idx: np.ndarray, rows: StepRows) ->
                     "step": pa.array(np.full(len(sel), -1, dtype=np.int64)),
                     "key": pa.array(np.full(len(sel), key, dtype=object), pa.string()),
                     "value": pc.cast(field_.take(pa.array(sel)), pa.float64()),
-                    "source": pa.array(np.full(len(sel), "memory_line", dtype=object), pa.string()),
+                    "source": pa.array(np.full(len(sel), SRC_MEMORY, dtype=np.int8)),
                     "line_idx": pa.array(idx[sel].astype(np.int64)),
                 }
             )

@@ -281,6 +281,9 @@ def weekly_chart(weeks: list[tuple[str, int, int, float | None]]) -> Chart | Non
         twin.set_ylabel("median step (s)")
         twin.set_ylim(bottom=0)
     ax.set_title("Runs per week (by end date)", loc="left")
-    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    ax.set_ylim(top=max(1, int((ok + bad).max())) * 1.35)
+    if np.isfinite(med).any():
+        twin.set_ylim(top=np.nanmax(med) * 1.35)
+    ax.legend(fontsize=8, loc="upper left", frameon=False, ncol=2)
     ax.tick_params(axis="x", labelsize=8)
     return _finish(fig, "weekly", "Runs per week, failed vs fine, with median step time")

@@ -75,6 +75,11 @@ FAILED_CLASSES = (
     "vllm_engine_error",
     "unknown",
 )
+FLEET_SUMMARY_COLUMNS = {
+    "run_id", "failure_class", "last_step", "expected_steps", "goodput", "median_step_s", "bottleneck_phase",
+    "experiment_name", "root_cause_text", "model_path", "rollout_engine", "n_gpus_per_node", "nnodes", "rollout_n",
+    "config_group", "last_ts", "mtime", "ingested_at",
+}
 CONTEXT_LINES = 6
 MAX_ERROR_EVENTS = 12
 
@@ -330,20 +335,32 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
                 "file": summary.get("root_cause_file"),
                 "line_no": summary.get("root_cause_line_no"),
                 "text": summary.get("root_cause_text") or "",
+                "kind": "cause",
             }
-            if root_cause["file"] and root_cause["line_no"] is not None and lines_by_kind:
-                context = rows(
-                    con,
-                    "select line_no, text, kind, line_no = $line_no as is_cause from log_lines "
-                    "where run_id = $run_id and file = $file and line_no between $lo and $hi order by line_no",
-                    {
-                        "run_id": run_id,
-                        "file": root_cause["file"],
-                        "line_no": int(root_cause["line_no"]),
-                        "lo": int(root_cause["line_no"]) - CONTEXT_LINES,
-                        "hi": int(root_cause["line_no"]) + CONTEXT_LINES,
-                    },
-                )
+        elif (
+            summary.get("failure_class") != "completed"
+            and summary.get("last_line_no") is not None
+            and summary.get("last_line_file")
+        ):
+            root_cause = {
+                "file": summary.get("last_line_file"),
+                "line_no": summary.get("last_line_no"),
+                "text": summary.get("last_line_text") or "",
+                "kind": "last_line",
+            }
+        if root_cause and root_cause["file"] and root_cause["line_no"] is not None and lines_by_kind:
+            context = rows(
+                con,
+                "select line_no, text, kind, line_no = $line_no as is_cause from log_lines "
+                "where run_id = $run_id and file = $file and line_no between $lo and $hi order by line_no",
+                {
+                    "run_id": run_id,
+                    "file": root_cause["file"],
+                    "line_no": int(root_cause["line_no"]),
+                    "lo": int(root_cause["line_no"]) - CONTEXT_LINES,
+                    "hi": int(root_cause["line_no"]) + CONTEXT_LINES,
+                },
+            )
 
         error_events = []
         if columns(con, "run_events"):
@@ -483,16 +500,16 @@ def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
         cols = columns(con, "run_summary")
         if not cols:
             return FleetReportData(day=day, runs=[], baselines={})
-        join, extra = "", ""
-        if columns(con, "runs"):
-            run_cols = set(columns(con, "runs"))
-            picks = [c for c in ("last_ts", "mtime", "ingested_at") if c in run_cols]
-            extra = "".join(f", r.{c} as _r_{c}" for c in picks)
-            extra += "".join(
-                f", r.{c} as _r_{c}" for c in CONFIG_FACTS if c in run_cols and c not in cols
-            )
+        wanted = [c for c in cols if c in FLEET_SUMMARY_COLUMNS or c.startswith("share_")]
+        picks = ", ".join(f"s.{c}" for c in wanted)
+        join = ""
+        run_cols = set(columns(con, "runs"))
+        # run_summary normally carries the run's timestamps and config; join `runs` only for what it lacks.
+        missing = [c for c in ("last_ts", "mtime", "ingested_at", *CONFIG_FACTS) if c in run_cols and c not in cols]
+        if missing and not any(c in cols for c in ("last_ts", "mtime", "ingested_at")):
+            picks += "".join(f", r.{c} as _r_{c}" for c in missing)
             join = "left join runs r using (run_id)"
-        summary_rows = rows(con, f"select s.*{extra} from run_summary s {join}")
+        summary_rows = rows(con, f"select {picks} from run_summary s {join}")
         anomalies: dict[str, dict[str, Any]] = {}
         a_cols = set(columns(con, "step_anomalies"))
         if a_cols:

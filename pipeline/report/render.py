@@ -403,7 +403,8 @@ def _p90(values) -> float | None:
     return float(np.percentile(vals, 90)) if vals else None
 
 
-MAX_ATTENTION_ROWS = 300
+MAX_ATTENTION_ROWS = 100
+ATTENTION_DAYS = 7
 MAX_CHART_GROUPS = 15
 
 
@@ -412,6 +413,8 @@ def fleet_context(data: FleetReportData) -> dict[str, Any]:
     runs = sorted(data.runs, key=lambda r: (r.ended_at is None, -(r.ended_at or datetime.min).timestamp()
                                             if r.ended_at else 0, r.run_id))
     attention = sorted((r for r in runs if r.attention < 3), key=lambda r: r.attention)
+    since = data.day - timedelta(days=ATTENTION_DAYS - 1)
+    recent = [r for r in attention if r.ended_at is None or r.ended_at.date() >= since]
     counts = Counter(r.failure_class for r in runs)
     groups = _groups_from_table(data.groups) if data.groups else _config_groups(runs)
     week_rows = _week_over_week(runs, data.day)
@@ -425,8 +428,12 @@ def fleet_context(data: FleetReportData) -> dict[str, Any]:
         "n_anomalous": sum(r.episodes > 0 for r in runs),
         "n_completed": counts.get("completed", 0),
         "goodput": _median(r.goodput for r in runs),
-        "attention": attention[:MAX_ATTENTION_ROWS],
+        "attention": (recent or attention)[:MAX_ATTENTION_ROWS],
+        "attention_recent": bool(recent),
+        "attention_days": ATTENTION_DAYS,
+        "attention_shown_of": len(recent or attention),
         "attention_total": len(attention),
+        "attention_new": len(recent),
         "counts": sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])),
         "groups": groups,
         "week_rows": week_rows,

@@ -1,0 +1,199 @@
+"""Benchmark the whole pipeline under Dagster: a simulated fleet with the multiprocess executor, in parallel.
+
+1. Simulates a fleet (default 1,000 runs).
+2. Parallel: per-run assets in `--chunks` Dagster runs at once (one partition range each, multiprocess
+   executor, single-run backfill policy), then the fleet tables and the model, then scores and reports
+   in chunks again, then the fleet report. Wall time of each phase.
+3. The sum of single-run times: each run's per-run assets materialised alone (one partition, one
+   Dagster run in-process), for every run or a `--sample` of them (then scaled to the fleet).
+4. A night with nothing changed: the sensor tick, the nightly job, and `verl-health analyze` run again.
+
+Usage: python benchmarks/bench_pipeline.py [--runs 1000] [--chunks 2] [--sample 100] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dagster import (  # noqa: E402
+    AssetKey,
+    DagsterInstance,
+    SkipReason,
+    build_sensor_context,
+    execute_job,
+    materialize,
+)
+from dagster._core.storage.tags import (  # noqa: E402
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
+
+from pipeline.analysis import FLEET_DERIVED, RUN_DERIVED, analyze_archive  # noqa: E402
+from pipeline.definitions import build_definitions  # noqa: E402
+from pipeline.executors import reconstructable_job, resources_run_config  # noqa: E402
+from pipeline.jobs import NIGHTLY_ASSETS  # noqa: E402
+from pipeline.partitions import RUN_PARTITIONS_NAME  # noqa: E402
+from pipeline.sensors import archive_cursor, finished_run_sensor  # noqa: E402
+from pipeline.simulate import simulate_fleet  # noqa: E402
+
+INGEST_DERIVE = ["runs", "log_lines", "step_metrics", *RUN_DERIVED]
+SCORE_REPORT = ["step_anomalies", "run_report"]
+
+
+def _timed(fn, label: str = ""):
+    start = time.perf_counter()
+    result = fn()
+    took = time.perf_counter() - start
+    if label:
+        print(f"[bench] {label}: {took:.2f} s", file=sys.stderr, flush=True)
+    return result, took
+
+
+def _chunks(items: list[str], n: int) -> list[list[str]]:
+    size = -(-len(items) // n)
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _run_chunks(instance, run_config, run_ids, selection, n_chunks) -> None:
+    """One multiprocess Dagster run per contiguous partition range, all at once."""
+    job = reconstructable_job("run_assets_job")
+
+    def launch(chunk):
+        tags = {ASSET_PARTITION_RANGE_START_TAG: chunk[0], ASSET_PARTITION_RANGE_END_TAG: chunk[-1]}
+        with execute_job(
+            job, instance, run_config=run_config, tags=tags, asset_selection=[AssetKey(a) for a in selection]
+        ) as result:
+            if not result.success:
+                raise RuntimeError(f"chunk {chunk[0]}..{chunk[-1]} failed")
+
+    with ThreadPoolExecutor(n_chunks) as pool:
+        list(pool.map(launch, _chunks(run_ids, n_chunks)))
+
+
+def _unpartitioned(instance, run_config, selection) -> None:
+    job = reconstructable_job("nightly_job")
+    with execute_job(
+        job, instance, run_config=run_config, asset_selection=[AssetKey(a) for a in selection]
+    ) as r:
+        if not r.success:
+            raise RuntimeError(f"{selection} failed")
+
+
+def bench(root: Path, runs: int, seed: int, n_chunks: int, sample: int) -> dict:
+    """Run every measurement under `root` and return the numbers."""
+    out: dict = {"runs": runs, "chunks": n_chunks, "cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
+    labels, out["simulate_s"] = _timed(lambda: simulate_fleet(root, runs=runs, seed=seed), "simulate")
+    archive, warehouse, reports = root / "archive", root / "warehouse", root / "reports"
+    out["archive_mb"] = round(sum(p.stat().st_size for p in archive.rglob("*") if p.is_file()) / 2**20, 1)
+    run_ids = sorted(labels["runs"])
+    run_config = resources_run_config(archive, warehouse, reports, quiet_period_s=0)
+    (root / "dagster_home").mkdir(exist_ok=True)
+    with DagsterInstance.local_temp(str(root / "dagster_home")) as instance:
+        instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, run_ids)
+        phases = {
+            "ingest_derive": lambda: _run_chunks(instance, run_config, run_ids, INGEST_DERIVE, n_chunks),
+            "fleet_and_model": lambda: _unpartitioned(
+                instance, run_config, [*FLEET_DERIVED, "anomaly_model"]
+            ),
+            "score_report": lambda: _run_chunks(instance, run_config, run_ids, SCORE_REPORT, n_chunks),
+            "fleet_report": lambda: _unpartitioned(instance, run_config, ["fleet_report"]),
+        }
+        out["parallel_s"] = {name: round(_timed(fn, name)[1], 2) for name, fn in phases.items()}
+    out["parallel_total_s"] = round(sum(out["parallel_s"].values()), 2)
+    out["parallel_per_run_phases_s"] = round(
+        out["parallel_s"]["ingest_derive"] + out["parallel_s"]["score_report"], 2
+    )
+
+    defs = build_definitions(archive, warehouse, reports, quiet_period_s=0)
+    picked = run_ids if sample >= len(run_ids) else sorted(random.Random(seed).sample(run_ids, sample))
+    single = DagsterInstance.ephemeral()
+    single.add_dynamic_partitions(RUN_PARTITIONS_NAME, picked)
+    times = []
+    for rid in picked:
+        _, t = _timed(
+            lambda rid=rid: materialize(
+                list(defs.assets),
+                instance=single,
+                resources=defs.resources,
+                selection=[*INGEST_DERIVE, *SCORE_REPORT],
+                partition_key=rid,
+            )
+        )
+        times.append(t)
+    out["single_runs_measured"] = len(times)
+    out["single_run_mean_s"] = round(sum(times) / len(times), 3)
+    out["sum_single_runs_s"] = round(sum(times) * len(run_ids) / len(times), 1)
+    out["speedup_vs_sum_single"] = round(out["sum_single_runs_s"] / out["parallel_per_run_phases_s"], 2)
+
+    archive_res = defs.resources["archive"]
+    cursor = archive_cursor(archive_res)
+    tick, out["nightly_sensor_tick_s"] = _timed(
+        lambda: finished_run_sensor(
+            build_sensor_context(
+                cursor=cursor, resources={"archive": archive_res}, instance=DagsterInstance.ephemeral()
+            )
+        )
+    )
+    out["nightly_sensor_requests"] = 0 if isinstance(tick, SkipReason) else len(tick.run_requests)
+    _, out["nightly_job_s"] = _timed(
+        lambda: materialize(list(defs.assets), resources=defs.resources, selection=NIGHTLY_ASSETS)
+    )
+    _, out["analyze_again_s"] = _timed(lambda: analyze_archive(archive, warehouse, reports), "analyze again")
+    out["load_after"] = os.getloadavg()[0]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its numbers."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--chunks", type=int, default=os.cpu_count() or 2, help="Dagster runs at once (default: cores)"
+    )
+    ap.add_argument(
+        "--sample", type=int, default=100, help="runs timed alone (default 100; scaled to the fleet)"
+    )
+    ap.add_argument("--keep", type=Path, help="work folder to keep (default: a temporary one)")
+    args = ap.parse_args(argv)
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        result = bench(args.keep, args.runs, args.seed, args.chunks, args.sample)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = bench(Path(tmp), args.runs, args.seed, args.chunks, args.sample)
+    print(json.dumps(result, indent=2))
+    print(
+        f"\n{result['runs']} runs on {result['cpus']} cores, {result['chunks']} Dagster runs at once "
+        f"(multiprocess executor):"
+    )
+    print(f"  per-run phases in parallel  {result['parallel_per_run_phases_s']:>9.1f} s")
+    print(
+        f"  sum of single-run times     {result['sum_single_runs_s']:>9.1f} s "
+        f"({result['single_runs_measured']} measured, mean {result['single_run_mean_s']} s)"
+    )
+    print(f"  speed-up                    {result['speedup_vs_sum_single']:>9.2f} x")
+    print(f"  whole fleet, all phases     {result['parallel_total_s']:>9.1f} s")
+    print("a night with nothing changed:")
+    print(
+        f"  sensor tick                 {result['nightly_sensor_tick_s']:>9.2f} s "
+        f"({result['nightly_sensor_requests']} run requests)"
+    )
+    print(f"  nightly job                 {result['nightly_job_s']:>9.2f} s")
+    print(f"  verl-health analyze again   {result['analyze_again_s']:>9.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

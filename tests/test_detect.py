@@ -1,0 +1,264 @@
+"""Detect layer on synthetic step_phases / step_health frames: features, rules, decisions, advice, files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from pipeline.detect import (
+    AnomalyModelConfig,
+    advice_for,
+    apply_rules,
+    build_features,
+    decide,
+    episodes,
+    fit_anomaly_model,
+    fit_model,
+    load_model,
+    load_rules,
+    score_frame,
+    score_runs,
+)
+from pipeline.lake import connect, write_run_table
+from pipeline.simulate.vocab import ANOMALY_CLASSES, FAILURE_CLASSES
+
+# (column, factor) an episode of each class applies, on top of its side effects below
+EFFECT = {
+    "gen_slowdown": ("gen", 2.0),
+    "old_log_prob_slowdown": ("old_log_prob", 2.0),
+    "update_actor_slowdown": ("update_actor", 2.0),
+    "kl_spike": ("ppo_kl", 60.0),
+    "grad_explosion": ("grad_norm", 10.0),
+    "memory_pressure": ("mem_reserved_gb", 1.45),
+    "entropy_collapse": ("entropy", 0.35),
+    "response_length_collapse": ("response_length_mean", 0.4),
+    "reward_collapse": ("reward_mean", 0.35),
+}
+
+
+def make_run(run_id: str = "run-a", n: int = 80, seed: int = 0, episode=None):
+    """step_phases and step_health frames of one healthy run, with an optional (class, first, last) episode.
+
+    Every 10th step runs validation and every 20th saves a checkpoint, outside `step_time`.
+    """
+    rng = np.random.default_rng(seed)
+    step = np.arange(1, n + 1)
+    f = step / n
+    noise = lambda s: rng.lognormal(0, s, n)  # noqa: E731
+    resp = 600 * (1 + 0.2 * f) * noise(0.04)
+    h = {
+        "run_id": run_id, "step": step,
+        "reward_mean": np.clip(0.3 + 0.3 * (1 - np.exp(-4 * f)) + rng.normal(0, 0.02, n), 0, 1),
+        "ppo_kl": rng.normal(1e-4, 3e-4, n),
+        "entropy": 0.6 * (1 - 0.3 * f) * noise(0.04),
+        "pg_loss": rng.normal(0, 0.01, n),
+        "pg_clipfrac": 0.003 * noise(0.3),
+        "grad_norm": 0.4 * noise(0.2),
+        "response_length_mean": resp,
+        "mem_reserved_gb": 50 * noise(0.01),
+        "has_nan": np.zeros(n, dtype=bool),
+    }
+    h["mem_allocated_gb"] = h["mem_reserved_gb"] - rng.uniform(1, 3, n)
+    p = {
+        "run_id": run_id, "step": step,
+        "gen": resp * 0.05 * noise(0.1),
+        "old_log_prob": 6.0 * noise(0.08),
+        "ref": 5.0 * noise(0.08),
+        "update_actor": 12.0 * noise(0.08),
+        "reward": 1.0 * noise(0.2),
+        "adv": 0.1 * noise(0.2),
+    }
+    if episode is not None:
+        cls, a, b = episode
+        m = (step >= a) & (step <= b)
+        if cls == "nan_loss":
+            h["pg_loss"] = np.where(m, np.nan, h["pg_loss"])
+            h["grad_norm"] = np.where(m, np.inf, h["grad_norm"])
+            h["has_nan"] = m
+        else:
+            col, factor = EFFECT[cls]
+            target = h if col in h else p
+            target[col] = np.where(m, target[col] * factor, target[col])
+            if cls == "kl_spike":
+                h["ppo_kl"] = np.where(m, 0.01 * factor / 10, h["ppo_kl"])
+            if cls == "memory_pressure":
+                h["mem_allocated_gb"] = np.where(m, h["mem_reserved_gb"] - 1, h["mem_allocated_gb"])
+            if cls == "response_length_collapse":
+                p["gen"] = np.where(m, p["gen"] * factor, p["gen"])
+    phases = pd.DataFrame(p)
+    inside = ["gen", "old_log_prob", "ref", "update_actor", "reward", "adv"]
+    phases["step_time"] = phases[inside].sum(axis=1) + 1.0
+    phases["testing"] = np.where(step % 10 == 0, 40.0, np.nan)
+    phases["save_checkpoint"] = np.where(step % 20 == 0, 90.0, np.nan)
+    phases["throughput"] = resp * 512 / phases["step_time"]
+    for c in inside:
+        phases[f"share_{c}"] = phases[c] / phases["step_time"]
+    return phases, pd.DataFrame(h)
+
+
+def fleet(n_runs: int = 6, seed: int = 0, episodes=None):
+    """Several runs concatenated; `episodes` maps run index -> (class, first, last)."""
+    parts = [make_run(f"run-{i}", seed=seed * 100 + i, episode=(episodes or {}).get(i)) for i in range(n_runs)]
+    return pd.concat([p for p, _ in parts], ignore_index=True), pd.concat([h for _, h in parts], ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def model():
+    phases, health = fleet(8, seed=1, episodes={1: ("gen_slowdown", 30, 36), 4: ("kl_spike", 50, 53)})
+    return fit_model(build_features(phases, health), AnomalyModelConfig(n_estimators=50))
+
+
+def test_features_one_row_per_step_and_relative_to_the_run():
+    phases, health = make_run(episode=("gen_slowdown", 40, 45))
+    f = build_features(phases, health)
+    assert len(f) == len(phases) and list(f["step"]) == list(phases["step"])
+    assert f.loc[f.step.between(40, 45), "gen_ratio"].between(1.6, 2.6).all()
+    assert f.loc[f.step.between(40, 45), "z_gen"].min() > 4
+    healthy = f[~f.step.between(38, 47)]
+    assert healthy["z_gen"].abs().median() < 1.5
+    assert f["periodic"].sum() == 8  # testing or checkpoint steps
+
+
+def test_healthy_runs_with_periodic_steps_are_not_flagged(model):
+    phases, health = fleet(6, seed=7)
+    result = decide(build_features(phases, health), model)
+    assert result["is_anomaly"].mean() < 0.01
+
+
+@pytest.mark.parametrize("cls", [c for c in ANOMALY_CLASSES])
+def test_each_class_is_flagged_and_named(model, cls):
+    phases, health = make_run(seed=3, episode=(cls, 40, 46))
+    result = score_frame(phases, health, model)
+    inside = result[result.step.between(40, 46)]
+    outside = result[~result.step.between(38, 48)]
+    assert inside["is_anomaly"].mean() >= 0.85, inside[["step", "is_anomaly", "anomaly_class"]]
+    assert (inside.loc[inside.is_anomaly, "anomaly_class"] == cls).mean() >= 0.85
+    assert outside["is_anomaly"].sum() <= 1
+    flagged = inside[inside.is_anomaly]
+    assert flagged["explanation"].str.len().gt(0).all()
+    assert flagged["advice"].str.startswith("Try:").all()
+    assert (flagged["episode_first_step"] <= flagged["step"]).all()
+
+
+def test_explanation_names_the_feature_and_the_size():
+    phases, health = make_run(seed=4, episode=("gen_slowdown", 40, 44))
+    phases.loc[phases.step.between(40, 44), "gen"] *= 1.5  # 3x in all
+    result = score_frame(phases, health)
+    text = result.loc[result.step == 42, "explanation"].item()
+    assert "gen" in text and "x the run's baseline" in text
+    assert "throughput -" in text
+
+
+def test_collapse_persisting_to_the_end_stays_flagged():
+    phases, health = make_run(seed=5, episode=("response_length_collapse", 50, 80))
+    result = score_frame(phases, health)
+    tail = result[result.step >= 50]
+    assert tail["is_anomaly"].mean() > 0.9
+    assert set(tail.loc[tail.is_anomaly, "anomaly_class"]) == {"response_length_collapse"}
+
+
+def test_adjacent_episodes_of_two_classes_are_two_episodes():
+    phases, health = make_run(seed=6, episode=("kl_spike", 60, 64))
+    nan = (health.step >= 65) & (health.step <= 67)
+    health.loc[nan, "pg_loss"] = np.nan
+    health.loc[nan, "has_nan"] = True
+    result = score_frame(phases, health)
+    flagged = result[result.is_anomaly & result.step.between(60, 67)]
+    assert set(flagged.loc[flagged.step <= 64, "anomaly_class"]) == {"kl_spike"}
+    assert set(flagged.loc[flagged.step >= 65, "anomaly_class"]) == {"nan_loss"}
+    assert flagged["episode_id"].nunique() == 2
+
+
+def test_episodes_split_by_run_and_class():
+    runs = np.array(["a"] * 6 + ["b"] * 3)
+    steps = np.array([1, 2, 3, 4, 5, 6, 1, 2, 3])
+    flagged = np.array([0, 1, 1, 1, 0, 1, 1, 1, 0], dtype=bool)
+    classes = np.array([None, "x", "x", "y", None, "x", "z", "z", None], dtype=object)
+    ep, first, last = episodes(runs, steps, flagged, classes)
+    assert list(ep) == [0, 1, 1, 2, 0, 3, 1, 1, 0]
+    assert list(first[flagged]) == [2, 2, 4, 6, 1, 1]
+    assert list(last[flagged]) == [3, 3, 4, 6, 2, 2]
+
+
+def test_rules_are_data_and_cover_the_vocabulary(tmp_path):
+    rules = load_rules()
+    assert {r.anomaly_class for r in rules} == set(ANOMALY_CLASSES)
+    seed = load_rules(seed_only=True)
+    assert {r.name for r in seed} >= {"nan_or_inf", "kl_above_0.2_and_rising", "gpu_memory_above_95pct",
+                                      "clip_fraction_above_0.25", "gen_time_doubles", "loss_jumps_1.5x_over_10_steps"}
+    assert all(r.source for r in rules)
+    bad = tmp_path / "rules.toml"
+    bad.write_text('[[rule]]\nname="x"\nclass="kl_spike"\nwhen=[["ppo_kl", "~", 1]]\nmode="flag"\n')
+    with pytest.raises(ValueError, match="operator"):
+        load_rules(bad)
+
+
+def test_seed_thresholds_fire_on_their_literal_values():
+    f = pd.DataFrame({"ppo_kl": [0.1, 0.25, 0.3], "d_ppo_kl": [0.01, 0.05, -0.01], "mem_fraction": [0.9, 0.96, 0.5],
+                      "pg_clipfrac": [0.1, 0.3, 0.0], "nonfinite": [0, 0, 2]})
+    hits, strength = apply_rules(f, load_rules(seed_only=True))
+    assert list(hits["kl_above_0.2_and_rising"]) == [False, True, False]
+    assert list(hits["gpu_memory_above_95pct"]) == [False, True, False]
+    assert list(hits["clip_fraction_above_0.25"]) == [False, True, False]
+    assert list(hits["nan_or_inf"]) == [False, False, True]
+    assert strength.loc[1, "kl_above_0.2_and_rising"] == pytest.approx(1.25)
+
+
+def test_advice_for_every_class():
+    for cls in (*ANOMALY_CLASSES, "other"):
+        entry = advice_for("anomaly_class", cls)
+        assert entry["summary"] and entry["changes"] and entry["source"], cls
+    for cls in FAILURE_CLASSES:
+        assert advice_for("failure_class", cls)["summary"], cls
+    keys = {c["key"] for c in advice_for("failure_class", "cuda_oom")["changes"]}
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization" in keys
+    assert any("kl_ctrl" in c["key"] for c in advice_for("anomaly_class", "kl_spike")["changes"])
+    assert advice_for("failure_class", "no_such_class")["changes"] == []
+    with pytest.raises(ValueError):
+        advice_for("step_class", "kl_spike")
+
+
+def _write_warehouse(warehouse, phases, health):
+    for rid, part in phases.groupby("run_id"):
+        write_run_table(warehouse, "step_phases", rid, pa.Table.from_pandas(part.drop(columns="run_id"),
+                                                                             preserve_index=False))
+    for rid, part in health.groupby("run_id"):
+        write_run_table(warehouse, "step_health", rid, pa.Table.from_pandas(part.drop(columns="run_id"),
+                                                                             preserve_index=False))
+
+
+def test_fit_and_score_through_the_warehouse(tmp_path):
+    phases, health = fleet(5, seed=2, episodes={2: ("update_actor_slowdown", 20, 25)})
+    _write_warehouse(tmp_path, phases, health)
+    info = fit_anomaly_model(tmp_path, AnomalyModelConfig(n_estimators=30))
+    assert info.path.exists() and info.meta_path.exists()
+    meta = json.loads(info.meta_path.read_text())
+    assert meta["training"]["n_runs"] == 5 and meta["training"]["n_steps"] == len(phases)
+    assert meta["settings"]["n_estimators"] == 30 and meta["sklearn_version"]
+    assert meta["features"] == list(info.features)
+    assert load_model(tmp_path) is not None
+
+    flagged = score_runs(tmp_path, ["run-2", "run-3"])
+    con = connect(tmp_path)
+    rows = con.execute("select * from step_anomalies order by run_id, step").df()
+    assert set(rows["run_id"]) == {"run-2", "run-3"} and len(rows) == 160
+    assert flagged == int(rows["is_anomaly"].sum())
+    ep = rows[(rows.run_id == "run-2") & rows.is_anomaly]
+    assert ep["step"].between(18, 27).all() and set(ep["anomaly_class"]) == {"update_actor_slowdown"}
+    assert rows.loc[~rows.is_anomaly, "episode_id"].isna().all()
+    assert rows.loc[rows.is_anomaly, "rule_hits"].map(len).sum() > 0
+
+    # rescoring replaces the partition instead of appending
+    score_runs(tmp_path, ["run-2"])
+    assert connect(tmp_path).execute("select count(*) from step_anomalies where run_id = 'run-2'").fetchone()[0] == 80
+
+
+def test_score_runs_without_a_model_uses_the_rules(tmp_path, caplog):
+    phases, health = fleet(2, seed=3, episodes={0: ("nan_loss", 30, 31)})
+    _write_warehouse(tmp_path, phases, health)
+    assert score_runs(tmp_path, ["run-0", "run-1"]) >= 2
+    assert "rules alone" in caplog.text
