@@ -105,7 +105,7 @@ def _run_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str,
             else:
                 part.mkdir(parents=True)
                 pq.write_table(schema.empty_table(), part / "part-0.parquet", compression="zstd")
-            lake._swap_into_place(part, lake.run_partition_dir(warehouse, name, rid))
+            lake.swap_into_place(part, lake.run_partition_dir(warehouse, name, rid))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     _refresh_view(con, warehouse, name)

@@ -64,7 +64,7 @@ def _partition_lock(final_dir: Path):
         yield
 
 
-def _swap_into_place(new_dir: Path, final_dir: Path) -> None:
+def swap_into_place(new_dir: Path, final_dir: Path) -> None:
     """Replace final_dir by new_dir with renames only, so readers never see a half-written run."""
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     old_dir = final_dir.with_name(f".old-{final_dir.name}-{uuid.uuid4().hex[:8]}")
@@ -109,7 +109,7 @@ def write_run_table(
                 pq.write_table(schema.empty_table(), target, compression="zstd")
             else:
                 writer.close()
-        _swap_into_place(staging, final_dir)
+        swap_into_place(staging, final_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -136,42 +136,13 @@ class RunBatchWriter:
     def commit(self) -> Path:
         """Close the file and move it into place."""
         self._writer.close()
-        _swap_into_place(self.staging, self.final_dir)
+        swap_into_place(self.staging, self.final_dir)
         return self.final_dir
 
     def abort(self) -> None:
         """Drop what was written."""
         self._writer.close()
         shutil.rmtree(self.staging, ignore_errors=True)
-
-
-def write_run_partitions(
-    con: duckdb.DuckDBPyConnection,
-    warehouse: str | Path,
-    table: str,
-    query: str,
-    params: dict,
-    run_ids: Iterable[str],
-) -> int:
-    """Run `query` (which yields a `run_id` column) and replace the partitions of `run_ids` with its rows.
-
-    Runs in `run_ids` without rows get an empty partition, so a rewrite never leaves stale rows.
-    Returns the number of rows written.
-    """
-    run_ids = [check_run_id(r) for r in run_ids]
-    result = con.execute(query, params).fetch_arrow_table()
-    if "run_id" not in result.column_names:
-        raise ValueError(f"query for {table} has no run_id column")
-    data = result.drop_columns(["run_id"])
-    ids = result.column("run_id").to_pylist()
-    order: dict[str, list[int]] = {r: [] for r in run_ids}
-    for i, rid in enumerate(ids):
-        if rid not in order:
-            raise ValueError(f"{table}: query returned run_id {rid!r} outside the requested runs")
-        order[rid].append(i)
-    for rid, rows in order.items():
-        write_run_table(warehouse, table, rid, data.take(pa.array(rows, type=pa.int64())))
-    return result.num_rows
 
 
 def delete_run(warehouse: str | Path, run_id: str, tables: Iterable[str] = PER_RUN_TABLES) -> None:

@@ -154,9 +154,9 @@ def test_explanation_names_the_feature_and_the_size():
 
 
 def test_collapse_persisting_to_the_end_stays_flagged():
-    phases, health = make_run(seed=5, episode=("response_length_collapse", 50, 80))
+    phases, health = make_run(seed=5, episode=("response_length_collapse", 61, 80))
     result = score_frame(phases, health)
-    tail = result[result.step >= 50]
+    tail = result[result.step >= 61]
     assert tail["is_anomaly"].mean() > 0.9
     assert set(tail.loc[tail.is_anomaly, "anomaly_class"]) == {"response_length_collapse"}
 

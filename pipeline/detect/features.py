@@ -230,7 +230,7 @@ def _baseline(values: pd.DataFrame, runs: pd.Series):
         far = np.zeros_like(clean)
         for _ in range(3):
             far = np.abs(x - _run_line(x, clean & ~far, codes, position)) > limit
-        clean &= ~far
+        clean &= ~(far & (position >= HALF_WINDOW)[:, None])
         for j in range(x.shape[1]):
             two[:, j], trail[:, j] = _local_level(x[:, j], clean[:, j], g0, g1)
             gaps = np.isnan(two[:, j]) & finite[:, j]
