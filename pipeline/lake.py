@@ -165,35 +165,63 @@ def _quote(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def table_source(warehouse: str | Path, table: str) -> str | None:
-    """A `read_parquet(...)` expression for a table present in the warehouse, or None."""
+def table_source(warehouse: str | Path, table: str, run_ids: Iterable[str] | None = None) -> str | None:
+    """A `read_parquet(...)` expression for a table present in the warehouse, or None.
+
+    With `run_ids`, a per-run table reads only those runs' partitions, so per-run work does not
+    grow with the fleet (binding a view over every partition reads every file's footer).
+    """
     single = fleet_table_path(warehouse, table)
     if single.is_file():
         return f"read_parquet({_quote(single)})"
     folder = table_dir(warehouse, table)
-    if folder.is_dir() and any(folder.glob("run_id=*/*.parquet")):
-        pattern = folder / "run_id=*" / "*.parquet"
-        return (
-            f"read_parquet({_quote(pattern)}, hive_partitioning=true, "
-            "hive_types={'run_id': 'VARCHAR'}, union_by_name=true)"
-        )
-    return None
+    if not folder.is_dir():
+        return None
+    if run_ids is None:
+        if not any(folder.glob("run_id=*/*.parquet")):
+            return None
+        files = _quote(folder / "run_id=*" / "*.parquet")
+    else:
+        paths = [p for rid in run_ids for p in sorted(run_partition_dir(warehouse, table, rid).glob("*.parquet"))]
+        if not paths:
+            return None
+        files = "[" + ", ".join(_quote(p) for p in paths) + "]"
+    return (
+        f"read_parquet({files}, hive_partitioning=true, "
+        "hive_types={'run_id': 'VARCHAR'}, union_by_name=true)"
+    )
 
 
-def present_tables(warehouse: str | Path) -> dict[str, str]:
-    """Every table in the warehouse with its `read_parquet` source."""
+def present_tables(
+    warehouse: str | Path, run_ids: Iterable[str] | None = None, whole: Iterable[str] = ()
+) -> dict[str, str]:
+    """Every table in the warehouse with its `read_parquet` source.
+
+    Per-run tables are limited to `run_ids` when given, except the tables named in `whole`.
+    """
+    run_ids = None if run_ids is None else list(run_ids)
+    whole = set(whole)
     found = {}
     for table in PER_RUN_TABLES + FLEET_TABLES:
-        src = table_source(warehouse, table)
+        src = table_source(warehouse, table, None if table in whole else run_ids)
         if src is not None:
             found[table] = src
     return found
 
 
-def connect(warehouse: str | Path, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with a view per warehouse table, named as the table."""
+def connect(
+    warehouse: str | Path,
+    database: str = ":memory:",
+    run_ids: Iterable[str] | None = None,
+    whole: Iterable[str] = (),
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view per warehouse table, named as the table.
+
+    With `run_ids`, per-run views hold only those runs, except the tables named in `whole`
+    (fleet tables are always whole).
+    """
     con = duckdb.connect(database)
-    for table, src in present_tables(warehouse).items():
+    for table, src in present_tables(warehouse, run_ids, whole).items():
         con.execute(f"create or replace temp view {table} as select * from {src}")
     return con
 

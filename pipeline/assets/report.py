@@ -11,7 +11,8 @@ from dagster import (
 )
 
 from pipeline.partitions import run_partitions
-from pipeline.report import build_fleet_mail, render_fleet_report, render_run_report, send_mail
+from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
+from pipeline.report.batch import render_run_reports
 from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 
 
@@ -25,7 +26,7 @@ from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 def run_report(context: AssetExecutionContext, warehouse: WarehouseResource,
                reports: ReportsResource) -> MaterializeResult:
     """HTML health report of each run: verdict, root cause and advice, phases, curves, anomalies."""
-    paths = [render_run_report(warehouse.root, run_id, reports.root) for run_id in context.partition_keys]
+    paths = render_run_reports(warehouse.root, list(context.partition_keys), reports.root)
     return MaterializeResult(
         metadata={
             "reports": len(paths),

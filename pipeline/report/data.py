@@ -301,7 +301,8 @@ def _ended_at(row: dict[str, Any]) -> datetime | None:
 def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
     """Read one run's tables; tables or columns missing from the warehouse come back empty."""
     run_id = lake.check_run_id(run_id)
-    con = lake.connect(warehouse)
+    # Earlier runs of the experiment come from the whole run_summary; the rest is this run's partitions.
+    con = lake.connect(warehouse, run_ids=[run_id], whole=("run_summary", "runs"))
     try:
         summary = _one(con, "run_summary", run_id)
         runs_row = _one(con, "runs", run_id)
