@@ -239,6 +239,9 @@ def test_archives_open_and_map_to_run_ids(fleet):
         for f in lab["worker_log_files"]:
             assert re.fullmatch(r"ray_logs/worker-[0-9a-f]+-[0-9a-f]+-\d+\.err", f) and f in files
         forms.add(lab["archive_form"])
+        if name.endswith(".tar.gz"):
+            with tarfile.open(out / "archive" / name) as tar:
+                assert {m.name.split("/", 1)[0] for m in tar.getmembers()} == {run_id}
     assert len(entries) == len(labels["runs"]) == 24
     assert forms == {"dir", "tar.gz", "gz"}
 

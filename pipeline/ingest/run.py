@@ -3,11 +3,14 @@
 Blocks of lines flow through three stages: decode+classify+parse (stateless, two threads, Arrow
 kernels release the GIL), context (sequential: resume segments, step in progress, config pprint),
 and a writer thread streaming `log_lines` into the lake. Metric rows go to a scratch Parquet file
-and are reconciled by DuckDB at the end, so memory stays flat whatever the log size.
+and are streamed into `step_metrics` at the end; only when a (step, key) can occur twice (a resume
+repeating steps, a JSONL file, seed timings) does DuckDB reconcile them first. Memory stays flat
+whatever the log size.
 """
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 import traceback
@@ -227,13 +230,13 @@ class _RunIngest:
     def run(self) -> None:
         with ThreadPoolExecutor(2) as pool:
             files = iter_files(self.entry.path, self.entry.form, self.limits, self.problems)
-            for file_idx, (name, chunks) in enumerate(files):
+            for name, chunks in files:
                 self.totals.n_files += 1
-                self._file(pool, file_idx, name, chunks)
+                self._file(pool, name, chunks)
         self._flush_write()
         self.write_pool.shutdown()
 
-    def _file(self, pool: ThreadPoolExecutor, file_idx: int, name: str, chunks: Iterator[bytes]) -> None:
+    def _file(self, pool: ThreadPoolExecutor, name: str, chunks: Iterator[bytes]) -> None:
         state = FileState()
         pending: deque[Future] = deque()
         line_no = 1  # of the next block's first line
@@ -245,11 +248,11 @@ class _RunIngest:
             pending.append(pool.submit(_stage_a, raw, name, self.limits))
             while len(pending) > 1:
                 res = pending.popleft().result()
-                n_nul, n_bad = self._stage_b(res, line_no, state, file_idx, name, n_nul, n_bad)
+                n_nul, n_bad = self._stage_b(res, line_no, state, name, n_nul, n_bad)
                 line_no += len(res.lines.text)
         while pending:
             res = pending.popleft().result()
-            n_nul, n_bad = self._stage_b(res, line_no, state, file_idx, name, n_nul, n_bad)
+            n_nul, n_bad = self._stage_b(res, line_no, state, name, n_nul, n_bad)
             line_no += len(res.lines.text)
         if state.collector is not None:
             self._finish_config(state.collector)
@@ -266,9 +269,7 @@ class _RunIngest:
         if crlf:
             self.problems.append(f"{name}: CRLF line endings: the \\r of each ending was removed")
 
-    def _stage_b(
-        self, res: BlockResult, first: int, state: FileState, file_idx: int, name: str, n_nul: int, n_bad: int
-    ):
+    def _stage_b(self, res: BlockResult, first: int, state: FileState, name: str, n_nul: int, n_bad: int):
         lines, cls, rows = res.lines, res.cls, res.rows
         text, n = lines.text, len(lines.text)
         kind = cls.kind
@@ -492,7 +493,7 @@ class _RunIngest:
                 source = con.sql(RECONCILE_SQL, params={"path": str(self.raw_path)}).to_arrow_reader(65536)
             else:
                 source = pq.ParquetFile(self.raw_path).iter_batches(65536)
-            for batch in [*source, *self._memory_table().to_batches()]:
+            for batch in itertools.chain(source, self._memory_table().to_batches()):
                 steps.update(np.unique(batch.column("step").to_numpy()).tolist())
                 counted[0] += batch.num_rows
                 yield batch

@@ -16,14 +16,15 @@ def gzip_file(src: Path, dst: Path, mtime: float) -> None:
         shutil.copyfileobj(fin, gz, 1 << 20)
 
 
-def tar_folder(folder: Path, dst: Path, mtime: float) -> None:
-    """Pack `folder` as `<name>/...` into a reproducible `.tar.gz` (sorted members, fixed owners and times)."""
+def tar_folder(folder: Path, dst: Path, mtime: float, name: str | None = None) -> None:
+    """Pack `folder` as `<name>/...` (default: the folder's name) into a reproducible `.tar.gz`."""
+    name = name or folder.name
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     with open(dst, "wb") as raw, \
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=int(mtime), compresslevel=6) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path in files:
-            info = tarfile.TarInfo(f"{folder.name}/{path.relative_to(folder).as_posix()}")
+            info = tarfile.TarInfo(f"{name}/{path.relative_to(folder).as_posix()}")
             info.size = path.stat().st_size
             info.mtime = int(mtime)
             info.mode = 0o644
@@ -47,7 +48,7 @@ def finish_entry(staging: Path, archive_dir: Path, run_id: str, form: str, mtime
         staging.rename(entry)
     elif form == "tar.gz":
         entry = archive_dir / f"{run_id}.tar.gz"
-        tar_folder(staging, entry, mtime)
+        tar_folder(staging, entry, mtime, name=run_id)
         shutil.rmtree(staging)
     else:
         entry = archive_dir / f"{run_id}.log.gz"
