@@ -288,7 +288,9 @@ select
     st.update_actor / st.inside_s as share_update_actor,
     st.update_weights / st.inside_s as share_update_weights,
     st.other_time / st.inside_s as share_other,
-    epoch(f.last_ts - f.first_ts) as wall_time_s,
+    -- a log may carry timestamps only around start-up, so the span is at least the time in steps
+    greatest(coalesce(epoch(f.last_ts - f.first_ts), 0), coalesce(a.attempted_s, 0),
+             coalesce(st.counted_s, 0)) as wall_time_s,
     -- time in steps whose results were kept, over all time spent (wall clock where the log has
     -- timestamps, else every step attempt including those a resume repeated)
     least(st.counted_s / nullif(greatest(coalesce(epoch(f.last_ts - f.first_ts), 0),

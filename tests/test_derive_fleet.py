@@ -121,3 +121,16 @@ def test_fleet_tables_count_every_run(derived):
     by_class = dict(con.execute("select failure_class, count(*) from run_summary group by all").fetchall())
     assert con.execute("select sum(hang), sum(cuda_oom) from fleet_daily").fetchone() == (
         by_class.get("hang", 0), by_class.get("cuda_oom", 0))
+
+
+def test_wall_time_covers_the_time_spent_in_steps(derived):
+    rows = derived.con.execute(
+        """
+        select s.run_id, s.wall_time_s, sum(p.step_time) as in_steps
+        from run_summary s join step_phases p using (run_id)
+        group by all
+        """
+    ).fetchall()
+    assert rows
+    for run_id, wall, in_steps in rows:
+        assert wall >= in_steps * 0.999, (run_id, wall, in_steps)
