@@ -25,7 +25,7 @@ from pipeline.detect.evaluate import score_predictions, simulated_traces, trace_
 
 def fleet_frames(steps: int, runs: int, seed: int):
     """step_phases/step_health frames and labels of a simulated fleet of about `steps` steps."""
-    scale = steps / (runs * 100.0)  # runs average about 100 steps at scale 1
+    scale = steps / (runs * 76.0)  # the simulated runs average about 76 logged steps at scale 1
     phases, health, labels = trace_frames(simulated_traces(seed, runs, steps_scale=scale))
     return phases, health, labels
 

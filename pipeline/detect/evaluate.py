@@ -194,7 +194,8 @@ def evaluate(train_seed: int = 1, test_seeds=(101, 102), runs: int = 60,
     """Fit on a fleet simulated with `train_seed`, score fleets of unseen `test_seeds`; return scores.
 
     Three detectors on the same test steps: this detector (features + forest + rules), a plain
-    isolation forest on raw metrics, and the seed articles' literal thresholds alone.
+    isolation forest on raw metrics, and the seed articles' literal thresholds alone; plus the
+    detector without its forest, to show what the forest adds.
     """
     config = config or AnomalyModelConfig()
     t0 = time.time()
@@ -204,7 +205,7 @@ def evaluate(train_seed: int = 1, test_seeds=(101, 102), runs: int = 60,
     fit_s = time.time() - t0
     seed_rules = load_rules(seed_only=True)
     results = {"detector": Scores("detector"), "raw_iforest": Scores("raw_iforest"),
-               "seed_thresholds": Scores("seed_thresholds")}
+               "seed_thresholds": Scores("seed_thresholds"), "no_forest": Scores("no_forest")}
     n_steps, score_s = 0, 0.0
     train_raw = _merge(tr_phases, tr_health)
     for seed in test_seeds:
@@ -219,7 +220,9 @@ def evaluate(train_seed: int = 1, test_seeds=(101, 102), runs: int = 60,
         base_pred["is_anomaly"] = raw_forest_baseline(train_raw, raw, config)
         base_pred["anomaly_class"] = "other"
         seed_pred = decide(feats, None, rules=tuple(_as_flag(r) for r in seed_rules), thresholds={"loose": 1e9})
-        for name, p in (("detector", pred), ("raw_iforest", base_pred), ("seed_thresholds", seed_pred)):
+        ablation = decide(feats, model, use_model=False)
+        for name, p in (("detector", pred), ("raw_iforest", base_pred), ("seed_thresholds", seed_pred),
+                        ("no_forest", ablation)):
             _accumulate(results[name], score_predictions(name, p, labels))
     return {"results": results, "fit_seconds": fit_s, "score_seconds": score_s, "test_steps": n_steps}
 

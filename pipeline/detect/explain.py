@@ -96,6 +96,7 @@ def explain_steps(
     bases = {c: features[f"base_{c}"].to_numpy()[idx] for c in EXPLAIN_CHANNELS}
     ratios = {c: features[f"{c}_ratio"].to_numpy()[idx] if f"{c}_ratio" in features else np.full(idx.size, np.nan)
               for c in EXPLAIN_CHANNELS}
+    fleet = {c: features[f"{c}_vs_fleet"].to_numpy()[idx] for c in EXPLAIN_CHANNELS if f"{c}_vs_fleet" in features}
     for k, row in enumerate(idx):
         parts = []
         if nonfinite[k] > 0:
@@ -105,6 +106,9 @@ def explain_steps(
         for c in cited[: max(0, top - len(parts))]:
             if np.isfinite(bases[c][k]) and zmat[k, col[c]] != 0:
                 parts.append(_describe(c, raw_vals[c][k], bases[c][k], ratios[c][k]))
+        for c in CLASS_CHANNELS.get(classes[row], ())[:1]:
+            if fleet.get(c) is not None and fleet[c][k] > 1.5:
+                parts.append(f"{c} {fleet[c][k]:.1f}x the fleet's median for this config")
         if mem[k] > 0.9:
             parts.append(f"GPU memory {100 * mem[k]:.0f}% used")
         if clip[k] > 0.25:

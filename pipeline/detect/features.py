@@ -1,4 +1,11 @@
-"""Per-step features: each metric against the run's own trailing baseline and the fleet baseline."""
+"""Per-step features: each metric against the run's own baseline (and the fleet's, when given).
+
+A run's baseline at a step is the least-squares line through the nearest clean steps on both
+sides (the step itself excluded), or the mean of the clean steps before it, whichever says the
+step is further off; "clean" excludes steps found anomalous in an earlier pass. z-scores are in
+units of the run's noise, estimated from step-to-step differences. All of it is vectorised over
+the whole fleet: numpy cumulative sums and one pandas rolling median, no per-step Python.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 # Channels that are positive and multiplicative by nature: compared in log space, so the
-# residual is a log-ratio and `<name>_ratio` is "x times the run's median".
+# residual is a log-ratio and `<name>_ratio` is "x times the run's baseline".
 LOG_CHANNELS = (
     "gen",
     "old_log_prob",
@@ -187,17 +194,19 @@ def _trailing_median(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
     return rolled.groupby(runs, sort=False).shift(1)
 
 
-def _run_line(x: np.ndarray, clean: np.ndarray, codes: np.ndarray, position: np.ndarray) -> np.ndarray:
+def _run_line(x: np.ndarray, clean: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
+              position: np.ndarray) -> np.ndarray:
     """Least-squares line of each run and channel through its clean rows, read at every row."""
-    out = np.full_like(x, np.nan)
-    n_runs = int(codes[-1]) + 1 if len(codes) else 0
-    pos = position.astype(float)
-    for j in range(x.shape[1]):
-        w = clean[:, j].astype(float)
-        y = np.where(clean[:, j], x[:, j], 0.0)
-        sums = [np.bincount(codes, weights=a, minlength=n_runs) for a in (w, w * pos, w * pos * pos, y, y * pos)]
-        out[:, j] = _line_from([s_[codes] for s_ in sums], pos)
-    return out
+    pos = position.astype(float)[:, None]
+    w = clean.astype(float)
+    y = np.where(clean, x, 0.0)
+    c0, c1, c2, t0, t1 = (np.add.reduceat(a, starts, axis=0) for a in (w, w * pos, w * pos * pos, y, y * pos))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        xbar, ybar = c1 / c0, t0 / c0
+        sxx = c2 - c1 * xbar
+        slope = np.where(sxx > 1e-9, (t1 - c1 * ybar) / sxx, 0.0)
+        intercept = np.where(c0 >= MIN_PERIODS, ybar - slope * xbar, np.nan)
+    return np.repeat(intercept, sizes, axis=0) + np.repeat(slope, sizes, axis=0) * pos
 
 
 def _baseline(values: pd.DataFrame, runs: pd.Series):
@@ -218,19 +227,24 @@ def _baseline(values: pd.DataFrame, runs: pd.Series):
     g0, g1 = _group_bounds(runs)
     falling = np.array([c in FALLING for c in names])
     shift = np.array([SHIFT[c] for c in names])
-    codes = np.cumsum(np.r_[True, g0[1:] != g0[:-1]]) - 1
     position = np.arange(len(x)) - g0
+    starts = np.flatnonzero(position == 0)
+    sizes = np.diff(np.r_[starts, len(x)])
+    limit = np.maximum(shift, MASK_Z * scale)
+    with_history = (position >= HALF_WINDOW)[:, None]
     two, trail = np.empty_like(x), np.empty_like(x)
-    for _ in range(PASSES):
+    far = np.zeros_like(finite)
+    for k in range(PASSES):
         clean = ~mask & finite
-        # a long episode (a collapse lasting a sixth of the run) is far from the run's own line
-        # even where its neighbours agree with it
-        # (refitted without the far rows, so a long episode cannot tilt the line toward itself)
-        limit = np.maximum(shift, MASK_Z * scale)
-        far = np.zeros_like(clean)
-        for _ in range(3):
-            far = np.abs(x - _run_line(x, clean & ~far, codes, position)) > limit
-        clean &= ~(far & (position >= HALF_WINDOW)[:, None])
+        if k < 2:
+            # a long episode (a collapse lasting a sixth of the run) is far from the run's own
+            # line even where its neighbours agree with it; the line is refitted without the far
+            # rows, so the episode cannot tilt it toward itself
+            far[:] = False
+            for _ in range(2):
+                far = np.abs(x - _run_line(x, clean & ~far, starts, sizes, position)) > limit
+            far &= with_history
+        clean &= ~far
         for j in range(x.shape[1]):
             two[:, j], trail[:, j] = _local_level(x[:, j], clean[:, j], g0, g1)
             gaps = np.isnan(two[:, j]) & finite[:, j]
@@ -240,17 +254,18 @@ def _baseline(values: pd.DataFrame, runs: pd.Series):
         resid_two, resid_trail = x - two, x - trail
         z_two, z_trail = resid_two / scale, resid_trail / scale
         with np.errstate(invalid="ignore"):
-            use_trail = np.abs(z_trail) > np.abs(z_two)
-            # a collapse is a drop against the past: a falling channel is only as low as both
-            # baselines agree, and without history it is not low at all
-            z_trail0 = np.nan_to_num(z_trail, nan=0.0)
-            use_trail = np.where(falling, z_trail0 > z_two, use_trail)
-            z = np.where(use_trail, z_trail, z_two)
-            z = np.where(falling, np.maximum(z_two, z_trail0), z)
-            resid = np.where(use_trail & ~np.isnan(z_trail), resid_trail, resid_two)
             # recomputed, not accumulated, so a step masked by a lagging first guess comes back
             shifted = (np.abs(z_trail) > MASK_Z) & (np.abs(resid_trail) > shift)
             mask = (np.abs(z_two) > MASK_Z) | shifted
+    with np.errstate(invalid="ignore"):
+        use_trail = np.abs(z_trail) > np.abs(z_two)
+        # a collapse is a drop against the past: a falling channel is only as low as both
+        # baselines agree, and without history it is not low at all
+        z_trail0 = np.nan_to_num(z_trail, nan=0.0)
+        use_trail = np.where(falling, z_trail0 > z_two, use_trail)
+        z = np.where(use_trail, z_trail, z_two)
+        z = np.where(falling, np.maximum(z_two, z_trail0), z)
+        resid = np.where(use_trail & ~np.isnan(z_trail), resid_trail, resid_two)
     frame = lambda a: pd.DataFrame(a, index=values.index, columns=names)  # noqa: E731
     return frame(x - resid), frame(resid), frame(z)
 
@@ -293,15 +308,19 @@ def build_features(
 ) -> pd.DataFrame:
     """One row per (run_id, step) of `phases` with the detector's features.
 
-    Columns: `z_<channel>` (robust z against the run's trailing median, MAD scale, anomalous steps
-    kept out of the baseline), `<channel>_ratio` (x / baseline for log channels), `d_<channel>`
+    Columns: `z_<channel>` (robust z against the run's baseline, see the module docstring),
+    `<channel>_ratio` (x / baseline for log channels), `d_<channel>`
     (step-over-step change, transformed units), `base_<channel>` (the baseline in the metric's
     units), `zs_<channel>` (3-step centred mean of z), `nonfinite`,
     `mem_fraction`, `mem_headroom`, `pg_loss_jump10`, `reward_mean_drop`, `ppo_kl`, `d_ppo_kl`,
     `pg_clipfrac`, share deltas, `periodic` (a testing or checkpoint step), and `<phase>_vs_fleet`
     when `fleet_baseline` (index run_id, one column per phase: the config group's median) is given.
     """
-    df = merge_steps(phases, health)
+    return features_of(merge_steps(phases, health), fleet_baseline)
+
+
+def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None) -> pd.DataFrame:
+    """build_features on an already merged frame (`merge_steps`), same index."""
     runs = df["run_id"]
     values, typicals = _transform(df)
 

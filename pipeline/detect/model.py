@@ -17,7 +17,14 @@ import sklearn
 from sklearn.ensemble import IsolationForest
 
 from pipeline.detect.explain import advice_text, episodes, explain_steps
-from pipeline.detect.features import CHANNELS, build_features, fleet_baseline_for, group_medians, merge_steps
+from pipeline.detect.features import (
+    CHANNELS,
+    build_features,
+    features_of,
+    fleet_baseline_for,
+    group_medians,
+    merge_steps,
+)
 from pipeline.detect.rules import OPS, Rule, apply_rules, load_rules
 from pipeline.lake import connect, write_run_table
 
@@ -176,10 +183,11 @@ def decide(
 
     A step is flagged when a "flag" rule fires, or an "attribute" rule fires `strong` times past
     its threshold or with its 3-step mean past `sustained` x the threshold, or an attribute rule
-    fires and the model gate agrees, or (class `other`) the
-    model score is beyond the extreme quantile. Flagged stretches then grow over neighbouring
-    steps where the same class's feature stays past `loose` x its threshold. Each episode takes
-    the class with the highest summed rule score over its steps.
+    fires and the forest's gate (its contamination threshold) agrees, or, as class `other`, the
+    forest's score alone is beyond the extreme quantile (never on a testing/checkpoint step).
+    Flagged stretches then grow over neighbouring steps where the same class's feature stays
+    past `loose` x its threshold (hysteresis). A step's class is its strongest rule's; consecutive
+    flagged steps of one class form an episode. `use_model=False` leaves the forest out.
     """
     rules = rules or load_rules()
     th = dict(DEFAULT_THRESHOLDS)
@@ -294,9 +302,9 @@ def score_frame(
 
     Without a model the rules and hysteresis decide alone and `score` is NaN.
     """
-    features = build_features(phases, health, fleet_baseline)
-    result = decide(features, model, thresholds=thresholds)
     raw = merge_steps(phases, health)
+    features = features_of(raw, fleet_baseline)
+    result = decide(features, model, thresholds=thresholds)
     if "reward_mean" in raw and "score_mean" in raw:
         raw["reward_mean"] = raw["reward_mean"].fillna(raw["score_mean"])
     elif "score_mean" in raw:
