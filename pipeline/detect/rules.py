@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import operator
+import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import tomllib
 
 KNOWLEDGE_DIR = Path(__file__).resolve().parent.parent / "knowledge"
 RULES_FILE = KNOWLEDGE_DIR / "rules.toml"
