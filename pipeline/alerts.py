@@ -1,4 +1,4 @@
-"""Alert mails: a failed pipeline run."""
+"""Alert mails: a failed pipeline run, and finished verl runs that failed or show anomalies."""
 
 from __future__ import annotations
 
@@ -17,4 +17,57 @@ def pipeline_failure_message(dagster_run, failure_event, smtp) -> EmailMessage:
         f"Dagster run: {dagster_run.run_id}\n"
         f"Reason: {reason}\n"
     )
+    return msg
+
+
+def runs_needing_attention(warehouse, run_ids: list[str]) -> list[dict]:
+    """Runs among `run_ids` that failed (failure_class other than completed) or have anomalous steps."""
+    from pipeline.lake import connect
+
+    con = connect(warehouse)
+    views = {v for (v,) in con.execute("select view_name from duckdb_views()").fetchall()}
+    if "run_summary" not in views or not run_ids:
+        return []
+    anomalies = (
+        "select run_id, count(*) filter (where is_anomaly) as n_anomalous, "
+        "list(distinct anomaly_class) filter (where is_anomaly) as classes from step_anomalies "
+        "where run_id in (select unnest($run_ids::varchar[])) group by all"
+        if "step_anomalies" in views
+        else "select null::varchar as run_id, 0 as n_anomalous, []::varchar[] as classes where false"
+    )
+    rows = con.execute(
+        f"""
+        with a as ({anomalies})
+        select s.run_id, s.failure_class, s.last_step, s.expected_steps, s.root_cause_text,
+               coalesce(a.n_anomalous, 0), coalesce(a.classes, [])
+        from run_summary s left join a using (run_id)
+        where s.run_id in (select unnest($run_ids::varchar[]))
+          and (s.failure_class <> 'completed' or coalesce(a.n_anomalous, 0) > 0)
+        order by s.run_id
+        """,
+        {"run_ids": run_ids},
+    ).fetchall()
+    keys = ("run_id", "failure_class", "last_step", "expected_steps", "root_cause_text", "anomalous_steps",
+            "anomaly_classes")
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def run_attention_message(runs: list[dict], smtp, reports_url: str = "") -> EmailMessage:
+    """A plain-text mail listing newly analysed runs that failed or show anomalies, one paragraph each."""
+    msg = EmailMessage()
+    failed = sum(r["failure_class"] != "completed" for r in runs)
+    msg["Subject"] = f"verl-health: {len(runs)} finished run(s) need attention ({failed} failed)"
+    msg["From"] = smtp.sender
+    msg["To"] = ", ".join(smtp.recipients)
+    parts = []
+    for r in runs:
+        lines = [f"{r['run_id']}: {r['failure_class']} at step {r['last_step']} of {r['expected_steps']}"]
+        if r["root_cause_text"] and r["failure_class"] != "completed":
+            lines.append(f"  root cause: {r['root_cause_text'][:300]}")
+        if r["anomalous_steps"]:
+            lines.append(f"  {r['anomalous_steps']} anomalous steps: {', '.join(sorted(r['anomaly_classes']))}")
+        if reports_url:
+            lines.append(f"  report: {reports_url.rstrip('/')}/runs/{r['run_id']}.html")
+        parts.append("\n".join(lines))
+    msg.set_content("\n\n".join(parts) + "\n")
     return msg

@@ -10,6 +10,7 @@ from pathlib import Path
 from dagster import DagsterInstance, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from pipeline.incremental import split_changed
 from pipeline.lake import connect, refresh_catalog
 
 RUN_DERIVED = ("step_phases", "step_health", "run_events", "run_summary", "config_findings")
@@ -35,6 +36,7 @@ class ArchiveOutcome:
     errors: list[str]
     fleet_report: Path | None
     seconds: float
+    unchanged: list[str] = field(default_factory=list)
 
 def resolve_entry(run: str, archive_root: str | Path, quiet_period_s: int = 600):
     """The archive entry for a path to a run (folder, .tar.gz, .gz) or a run_id under `archive_root`."""
@@ -93,6 +95,7 @@ def analyze_archive(
     instance: DagsterInstance | None = None,
     quiet_period_s: int = 0,
     mail: bool = False,
+    force: bool = False,
 ) -> ArchiveOutcome:
     """Materialise every asset in-process for every finished run in `archive`.
 
@@ -105,7 +108,11 @@ def analyze_archive(
     defs = build_definitions(archive, warehouse, reports, quiet_period_s=quiet_period_s)
     archive_res = defs.resources["archive"]
     found = archive_res.discover()
-    run_ids = sorted(e.run_id for e in found.entries if e.finished)
+    finished = [e for e in found.entries if e.finished]
+    if force:
+        run_ids, unchanged = sorted(e.run_id for e in finished), []
+    else:
+        run_ids, unchanged = split_changed(finished, warehouse, reports)
     skipped = {e.run_id: "not finished yet" for e in found.entries if not e.finished}
     instance = instance or DagsterInstance.ephemeral()
     from pipeline.partitions import RUN_PARTITIONS_NAME
@@ -137,6 +144,7 @@ def analyze_archive(
         errors=list(found.errors),
         fleet_report=fleet_path if fleet_path.exists() else None,
         seconds=time.perf_counter() - started,
+        unchanged=unchanged,
     )
 
-__all__ = ["analyze_archive", "analyze_entry", "resolve_entry", "PER_RUN_TABLES"]
+__all__ = ["analyze_archive", "analyze_entry", "resolve_entry"]

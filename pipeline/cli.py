@@ -12,6 +12,8 @@ DEMO_SEED = 7
 
 def _print_outcome(outcome, reports: Path) -> None:
     print(f"analysed {len(outcome.run_ids)} runs in {outcome.seconds:.1f} s")
+    if outcome.unchanged:
+        print(f"  {len(outcome.unchanged)} runs unchanged since their last analysis (--force redoes them)")
     for rid, why in sorted(outcome.skipped.items()):
         print(f"  skipped {rid}: {why}")
     for err in outcome.errors:
@@ -31,7 +33,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(f"error: archive {archive} is not a folder", file=sys.stderr)
         return 2
     outcome = analyze_archive(
-        archive, Path(args.warehouse), Path(args.reports), quiet_period_s=args.quiet_period, mail=args.mail
+        archive, Path(args.warehouse), Path(args.reports), quiet_period_s=args.quiet_period, mail=args.mail,
+        force=args.force,
     )
     _print_outcome(outcome, Path(args.reports))
     return 0
@@ -70,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--quiet-period", type=int, default=0,
                      help="seconds a run must be unchanged to count as finished (default 0: all runs)")
     ana.add_argument("--mail", action="store_true", help="also mail the fleet report (VERL_HEALTH_SMTP_*)")
+    ana.add_argument("--force", action="store_true", help="re-analyse runs that have not changed since the last time")
     ana.set_defaults(func=cmd_analyze)
 
     demo = sub.add_parser("demo", help="simulate a small fleet and analyse it")

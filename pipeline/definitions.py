@@ -16,7 +16,7 @@ from pipeline.executors import run_assets_dask_job
 from pipeline.jobs import nightly_job, run_assets_job, run_health_job
 from pipeline.resources import ArchiveResource, ReportsResource, SmtpResource, WarehouseResource
 from pipeline.schedules import nightly_schedule
-from pipeline.sensors import finished_run_sensor, pipeline_failure_mail
+from pipeline.sensors import finished_run_sensor, pipeline_failure_mail, run_attention_mail
 
 
 def _secret(name: str):
@@ -60,7 +60,7 @@ def build_definitions(
         ],
         asset_checks=[anomaly_model_fresh],
         jobs=[run_assets_job, run_assets_dask_job, nightly_job, run_health_job],
-        sensors=[finished_run_sensor, pipeline_failure_mail],
+        sensors=[finished_run_sensor, pipeline_failure_mail, run_attention_mail],
         schedules=[nightly_schedule],
         resources={
             "archive": ArchiveResource(root=str(archive), quiet_period_s=quiet_period_s),

@@ -12,7 +12,7 @@ from dagster import (
 from pydantic import Field
 
 from pipeline.analysis import analyze_entry, resolve_entry
-from pipeline.partitions import RUN_PARTITIONS_NAME, run_partitions
+from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.resources import ArchiveResource, ReportsResource, WarehouseResource
 
 PER_RUN_ASSETS = [
@@ -25,7 +25,6 @@ NIGHTLY_ASSETS = [*FLEET_ASSETS, "fleet_report", "fleet_report_mail", "published
 run_assets_job = define_asset_job(
     "run_assets_job",
     selection=PER_RUN_ASSETS,
-    partitions_def=run_partitions,
     description="Ingest, derive, score and report the selected runs (one partition per run).",
 )
 

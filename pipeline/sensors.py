@@ -6,22 +6,26 @@ import json
 
 from dagster import (
     AddDynamicPartitionsRequest,
+    DagsterEventType,
+    DagsterRunStatus,
     DefaultSensorStatus,
     DeleteDynamicPartitionsRequest,
     RunFailureSensorContext,
     RunRequest,
+    RunStatusSensorContext,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
     run_failure_sensor,
+    run_status_sensor,
     sensor,
 )
 
-from pipeline.alerts import pipeline_failure_message
-from pipeline.jobs import run_assets_job
+from pipeline.alerts import pipeline_failure_message, run_attention_message, runs_needing_attention
+from pipeline.jobs import run_assets_job, run_health_job
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.report import send_mail
-from pipeline.resources import ArchiveResource, SmtpResource
+from pipeline.resources import ArchiveResource, SmtpResource, WarehouseResource
 
 
 def entry_fingerprint(entry) -> str:
@@ -99,3 +103,29 @@ def pipeline_failure_mail(context: RunFailureSensorContext, smtp: SmtpResource):
         context.log.info("mail not configured; failure not mailed")
         return
     send_mail(pipeline_failure_message(context.dagster_run, context.failure_event, smtp), smtp.settings())
+
+
+def summarised_runs(instance, dagster_run_id: str) -> list[str]:
+    """The verl run_ids whose `run_summary` a Dagster run materialised."""
+    records = instance.all_logs(dagster_run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+    return sorted({
+        r.dagster_event.partition for r in records
+        if r.dagster_event.asset_key.to_user_string() == "run_summary" and r.dagster_event.partition
+    })
+
+
+@run_status_sensor(
+    run_status=DagsterRunStatus.SUCCESS,
+    monitored_jobs=[run_assets_job, run_health_job],
+    default_status=DefaultSensorStatus.STOPPED,
+    description="Mails when newly analysed verl runs failed or show anomalous steps (optional).",
+)
+def run_attention_mail(context: RunStatusSensorContext, smtp: SmtpResource, warehouse: WarehouseResource):
+    """After a per-run job succeeds, mail the runs it analysed that failed or have anomalous steps."""
+    runs = runs_needing_attention(warehouse.root, summarised_runs(context.instance, context.dagster_run.run_id))
+    if not runs:
+        return
+    if not smtp.enabled:
+        context.log.info(f"{len(runs)} runs need attention; mail not configured")
+        return
+    send_mail(run_attention_message(runs, smtp), smtp.settings())

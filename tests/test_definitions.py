@@ -21,7 +21,7 @@ def test_defs_load_with_every_layer():
     groups = {repo.asset_graph.get(AssetKey(k)).group_name for k in keys}
     assert groups == {"ingest", "derive", "detect", "report"}
     assert {j.name for j in repo.get_all_jobs()} >= {"run_assets_job", "nightly_job", "run_health_job"}
-    assert {s.name for s in repo.sensor_defs} == {"finished_run_sensor", "pipeline_failure_mail"}
+    assert {s.name for s in repo.sensor_defs} == {"finished_run_sensor", "pipeline_failure_mail", "run_attention_mail"}
     assert [s.name for s in repo.schedule_defs] == ["nightly_schedule"]
 
 

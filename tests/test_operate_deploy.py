@@ -28,6 +28,14 @@ def test_dask_run_configs_validate(monkeypatch):
         assert validate_run_config(job, config), name
 
 
+def test_multiprocess_run_config_validates():
+    from pipeline.definitions import defs
+
+    config = yaml.safe_load((DEPLOY / "multiprocess.yaml").read_text())
+    for name in ("run_assets_job", "nightly_job"):
+        assert validate_run_config(defs.get_job_def(name), config), name
+
+
 def test_kubernetes_examples_parse():
     for path in (DEPLOY / "k8s").glob("*.yaml"):
         docs = list(yaml.safe_load_all(path.read_text()))

@@ -430,4 +430,4 @@ def config_groups(runs: pd.DataFrame | None, run_ids) -> pd.Series:
     table = runs.set_index("run_id").reindex(index)
     if not keys:
         return pd.Series("", index=index)
-    return table[keys].astype(str).agg("|".join, axis=1)
+    return table[keys].astype("string").fillna("").agg("|".join, axis=1)

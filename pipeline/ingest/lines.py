@@ -16,7 +16,13 @@ import pyarrow.compute as pc
 
 from .readers import IngestLimits
 
-ANSI_RE = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]"
+ANSI_RE = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]"  # what `_strip_ansi` removes
+_CSI_PARAM = np.zeros(256, dtype=bool)
+_CSI_PARAM[np.frombuffer(b"0123456789;?", np.uint8)] = True
+_CSI_INTERMEDIATE = np.zeros(256, dtype=bool)
+_CSI_INTERMEDIATE[0x20:0x30] = True
+_ALNUM = np.zeros(256, dtype=bool)
+_ALNUM[np.frombuffer(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", np.uint8)] = True
 OPT_PREFIX = r"^(?:\([^)]*\) ?)?"
 PREFIX_RE = r"^\((?:(?P<comp>[^\s()=,]+) )?(?:pid=(?P<pid>\d+)|(?P<raylet>raylet))(?:, ip=[^)]*)?\)"
 TS_RE = OPT_PREFIX + r"(?:[A-Z]+:|\[)?(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)"
@@ -28,6 +34,9 @@ SEED_TIMING_RE = r"\[INFO\] step: [\w/.@-]+: [-+\d.eE]+ ?ms"
 # a piece of a hard-wrapped step line (RE2 has no look-ahead: a piece may not start like a Ray prefix)
 FRAGMENT_RE = r"^(?: ?- ?|\()?[^\s(]\S* - [\w/@.\-]+:\S+(?: - |$)|^ ?- [\w/@.\-]+:\S+"
 STEP_ANY_RE = "|".join([STEP_LINE_RE, JSONL_RE, SEED_KV_RE, SEED_TIMING_RE, FRAGMENT_RE])
+# cheap prefilters whose union holds every STEP_ANY_RE match: a literal-led search and anchored patterns
+STEP_HINT_RE = r"step[:=]"
+STEP_ANCHORED_RE = JSONL_RE + "|" + FRAGMENT_RE
 MEMORY_RE = r"memory allocated \(GB\): "
 CONFIG_OPEN_RE = OPT_PREFIX + r"\{'actor_rollout_ref': "
 RESUME_RE = (
@@ -75,9 +84,6 @@ PHASES = {
 }
 KINDS = ("other", "step_metrics", "error", "warning", "config", "progress", "memory")
 K_OTHER, K_STEP, K_ERROR, K_WARNING, K_CONFIG, K_PROGRESS, K_MEMORY = range(7)
-CANDIDATE_RE = "|".join(
-    [STEP_ANY_RE, MEMORY_RE, CONFIG_RE, ERROR_STRONG_RE, WARNING_RE, ERROR_WEAK_RE, PROGRESS_RE, PHASE_RE]
-)
 
 
 @dataclass
@@ -87,60 +93,74 @@ class Lines:
     text: pa.StringArray
     n_undecodable: int
     n_truncated: int = 0
+    crlf: bool = False  # some line ended with `\\r\\n`
 
 
 def iter_raw_blocks(
     chunks: Iterator[bytes], name: str, limits: IngestLimits, problems: list[str]
 ) -> Iterator[bytes]:
-    """Regroup byte chunks into blocks of whole lines, each ending with `\\n`.
+    """Regroup byte chunks into blocks of whole lines, each ending with `\\n` (one copy per block).
 
     A line longer than `limits.max_line_bytes` is kept truncated to that size (one problem per file).
     """
-    carry = b""
+    carry: list[bytes] = []  # the pieces of the last, unfinished line
     skipping = False
     n_long = 0
-    for chunk in _regroup(chunks, limits.block_bytes):
+    for parts in _regroup(chunks, limits.block_bytes):
         if skipping:
-            cut = chunk.find(b"\n")
-            if cut < 0:
+            parts = _after_first_newline(parts)
+            if not parts:
                 continue
-            chunk = chunk[cut + 1 :]
             skipping = False
-        buf = carry + chunk if carry else chunk
-        cut = buf.rfind(b"\n")
-        if cut >= 0:
-            if cut + 1 < len(buf):
-                carry = buf[cut + 1 :]
-                buf = buf[: cut + 1]
-            else:
-                carry = b""
-            yield buf
+        last = _last_newline(parts)
+        if last is None:
+            carry += parts
         else:
-            carry = buf
-        if len(carry) > limits.max_line_bytes:
+            j, cut = last
+            yield b"".join([*carry, *parts[:j], parts[j][: cut + 1]])
+            carry = [parts[j][cut + 1 :], *parts[j + 1 :]]
+        if sum(map(len, carry)) > limits.max_line_bytes:
             n_long += 1
-            yield carry[: limits.max_line_bytes] + b"\n"
-            carry = b""
+            yield b"".join(carry)[: limits.max_line_bytes] + b"\n"
+            carry = []
             skipping = True
-    if carry:
-        yield carry + b"\n"
+    if any(carry):
+        yield b"".join([*carry, b"\n"])
     if n_long:
         problems.append(
             f"{name}: {n_long} line(s) longer than {limits.max_line_bytes} bytes kept truncated to that size"
         )
 
 
-def _regroup(chunks: Iterator[bytes], size: int) -> Iterator[bytes]:
-    """Join small reads into pieces of about `size` bytes."""
+def _last_newline(parts: list[bytes]) -> tuple[int, int] | None:
+    """(part, offset) of the last `\\n` in `parts`, or None."""
+    for j in range(len(parts) - 1, -1, -1):
+        cut = parts[j].rfind(b"\n")
+        if cut >= 0:
+            return j, cut
+    return None
+
+
+def _after_first_newline(parts: list[bytes]) -> list[bytes]:
+    """What follows the first `\\n` in `parts` (empty if there is none)."""
+    for i, part in enumerate(parts):
+        cut = part.find(b"\n")
+        if cut >= 0:
+            return [part[cut + 1 :], *parts[i + 1 :]]
+    return []
+
+
+def _regroup(chunks: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
+    """Group small reads into lists of about `size` bytes."""
     parts, total = [], 0
     for chunk in chunks:
         parts.append(chunk)
         total += len(chunk)
         if total >= size:
-            yield b"".join(parts)
+            yield parts
             parts, total = [], 0
     if parts:
-        yield b"".join(parts)
+        yield parts
 
 
 def _big(raw: bytes | pa.Buffer) -> pa.Array:
@@ -150,48 +170,75 @@ def _big(raw: bytes | pa.Buffer) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, buf])
 
 
-def _value_buffer(big: pa.Array) -> np.ndarray:
-    start, end = np.frombuffer(big.buffers()[1], dtype=np.int64)[big.offset : big.offset + 2]
-    return np.frombuffer(big.buffers()[2], dtype=np.uint8)[start:end]
+def _split_lines(big: pa.Array) -> pa.Array:
+    """The `\\n`-terminated lines of a one-value block, without their `\\n` (a trailing piece is dropped)."""
+    pieces = pc.list_flatten(pc.split_pattern(big, "\n"))
+    return pieces.slice(0, len(pieces) - 1)
+
+
+def _strip_ansi(raw: bytes) -> pa.Buffer:
+    """`raw` without the `ANSI_RE` escape sequences, found with numpy (one regex replacement over a
+    whole block is slow). No sequence holds a second ESC nor a newline, so each ESC is looked at alone."""
+    arr = np.frombuffer(raw, dtype=np.uint8)
+    esc = np.flatnonzero(arr == 0x1B)
+    padded = np.concatenate([arr, np.zeros(1, dtype=np.uint8)])  # reading past the end gives 0
+
+    def byte(pos: np.ndarray) -> np.ndarray:
+        return padded[np.minimum(pos, len(arr))]
+
+    second, third = byte(esc + 1), byte(esc + 2)
+    length = np.zeros(len(esc), dtype=np.int64)  # of the sequence at each ESC, 0 if none
+    length[(second == ord("=")) | (second == ord(">"))] = 2
+    length[((second == ord("(")) | (second == ord(")"))) & _ALNUM[third]] = 3
+    csi = np.flatnonzero(second == ord("["))
+    end = esc[csi] + 2
+    for allowed in (_CSI_PARAM, _CSI_INTERMEDIATE):
+        active = np.arange(len(csi))
+        while len(active):
+            active = active[allowed[byte(end[active])]]
+            end[active] += 1
+    final = byte(end)
+    ok = (final >= 0x40) & (final <= 0x7E)
+    length[csi[ok]] = end[ok] + 1 - esc[csi[ok]]
+    found = length > 0
+    starts, lengths = esc[found], length[found]
+    keep = np.ones(len(arr), dtype=bool)
+    keep[np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())] = False
+    return pa.py_buffer(arr[keep])
 
 
 def decode_block(raw: bytes, max_line_bytes: int = 2**62) -> Lines:
     """Decode a block of whole lines into an Arrow string array: ANSI escapes and line endings removed.
 
     Invalid UTF-8 is replaced by U+FFFD, and the lines that needed it are counted. Lines longer than
-    `max_line_bytes` are cut to that size.
+    `max_line_bytes` are cut to that size. The work runs in Arrow kernels (the GIL is released).
     """
     big = _big(raw)
+    crlf = b"\r" in raw and pc.count_substring(big, b"\r\n")[0].as_py() > 0
     if b"\x1b" in raw:
-        big = pc.replace_substring_regex(big, ANSI_RE, b"")
-    if b"\r\n" in raw:
+        big = _big(_strip_ansi(raw))
+    if crlf:
         big = pc.replace_substring(big, b"\r\n", b"\n")
-    arr = _value_buffer(big)
-    nl = np.flatnonzero(arr == 10)
-    data = arr.tobytes().replace(b"\n", b"")
-    n = len(nl)
-    offsets = np.empty(n + 1, dtype=np.int32)
-    offsets[0] = 0
-    np.subtract(nl, np.arange(n), out=offsets[1:], casting="unsafe")
-    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    if n and np.diff(offsets).max() > max_line_bytes:
-        cut = pc.binary_slice(pa.Array.from_buffers(pa.binary(), n, buffers), 0, max_line_bytes)
-        n_long = int((np.diff(offsets) > max_line_bytes).sum())
-        lines = decode_block(b"\n".join(cut.to_pylist()) + b"\n", max_line_bytes)
-        lines.n_truncated = n_long
-        return lines
-    text = pa.Array.from_buffers(pa.utf8(), n, buffers)
+    lines = _split_lines(big)
+    n_long = 0
+    if len(lines):
+        lengths = pc.binary_length(lines)
+        if pc.max(lengths).as_py() > max_line_bytes:
+            n_long = pc.sum(pc.greater(lengths, max_line_bytes)).as_py()
+            lines = pc.binary_slice(lines, 0, max_line_bytes)
     try:
-        text.validate(full=True)
-        return Lines(text, 0)
+        return Lines(pc.cast(lines, pa.string()), 0, n_long, crlf)
     except pa.ArrowInvalid:
-        pass
-    binary = pa.Array.from_buffers(pa.binary(), n, buffers)
-    had_fffd = pc.sum(pc.match_substring(binary, "\ufffd")).as_py() or 0
-    fixed = bytes(arr).decode("utf-8", "replace").encode("utf-8")
-    again = decode_block(fixed, max_line_bytes)
-    now_fffd = pc.sum(pc.match_substring(again.text, "\ufffd")).as_py() or 0
-    return Lines(again.text, max(1, now_fffd - had_fffd))
+        text, n_bad = _decode_replacing(lines)
+        return Lines(text, n_bad, n_long, crlf)
+
+
+def _decode_replacing(lines: pa.Array) -> tuple[pa.StringArray, int]:
+    """Lines holding invalid UTF-8 decoded with U+FFFD, and how many lines gained one."""
+    had = _mask(pc.match_substring(lines, "\ufffd".encode()))
+    text = pa.array([b.decode("utf-8", "replace") for b in lines.to_pylist()], pa.string())
+    now = _mask(pc.match_substring(text, "\ufffd"))
+    return text, max(1, int((now & ~had).sum()))
 
 
 @dataclass
@@ -236,51 +283,93 @@ def _scatter(n: int, idx: np.ndarray, values: pa.Array, type_: pa.DataType) -> p
 
 
 def classify(text: pa.StringArray) -> Classified:
-    """Kind, Ray prefix, phase hint and timestamp of every line."""
+    """Kind, Ray prefix, phase hint and timestamp of every line.
+
+    Step lines are found with cheap prefilters first; the other patterns only look at the rest, and
+    the non-memory lines are deduplicated first (warnings and other chatter repeat a lot).
+    """
     n = len(text)
     kind = np.zeros(n, dtype=np.int8)
     config_open = np.zeros(n, dtype=bool)
     resume_marker = np.zeros(n, dtype=bool)
-    cand_idx = np.flatnonzero(_mask(pc.match_substring_regex(text, CANDIDATE_RE)))
-    phase = pa.nulls(n, pa.string())
-    if len(cand_idx):
-        sub = text.take(pa.array(cand_idx))
-        is_step = _mask(pc.match_substring_regex(sub, STEP_ANY_RE))
-        # the other patterns only look at the short non-step lines: step lines are most of the bytes
-        rest_idx = np.flatnonzero(~is_step)
-        rest = sub.take(pa.array(rest_idx))
-        m = {
-            name: _mask(pc.match_substring_regex(rest, pat))
-            for name, pat in (
-                ("memory", MEMORY_RE),
-                ("config", CONFIG_RE),
-                ("error", ERROR_STRONG_RE),
-                ("warning", WARNING_RE),
-                ("weak", ERROR_WEAK_RE),
-                ("progress", PROGRESS_RE),
-            )
-        }
-        rest_kind = np.select(
-            [m["memory"], m["config"], m["error"], m["warning"], m["weak"], m["progress"]],
-            [K_MEMORY, K_CONFIG, K_ERROR, K_WARNING, K_ERROR, K_PROGRESS],
-            K_OTHER,
-        ).astype(np.int8)
-        sub_kind = np.full(len(cand_idx), K_STEP, dtype=np.int8)
-        sub_kind[rest_idx] = rest_kind
-        kind[cand_idx] = sub_kind
-        rest_at = cand_idx[rest_idx]
-        opened = np.flatnonzero(m["config"])
-        if len(opened):
-            opened_text = rest.take(pa.array(opened))
-            config_open[rest_at[opened[_mask(pc.match_substring_regex(opened_text, CONFIG_OPEN_RE))]]] = True
-            resume_marker[rest_at[opened[_mask(pc.match_substring_regex(opened_text, RESUME_RE))]]] = True
-        names = pc.struct_field(pc.extract_regex(rest, PHASE_RE), [0])
-        mapped = pc.take(pa.array(list(PHASES.values())), pc.index_in(names, pa.array(list(PHASES))))
-        phase = _scatter(n, rest_at, mapped, pa.string())
-        trace = np.flatnonzero(_mask(pc.match_substring_regex(rest, TRACE_FILE_RE)))
-        _mark_trace_code_lines(text, kind, rest_at[trace])
+    kind[_step_lines(text)] = K_STEP
+    kind[_mask(pc.match_substring_regex(text, MEMORY_RE)) & (kind == K_OTHER)] = K_MEMORY
+    memory_at, other_at = np.flatnonzero(kind == K_MEMORY), np.flatnonzero(kind == K_OTHER)
+    phase_names = pa.nulls(n, pa.string())
+    if len(other_at):
+        other = text.take(pa.array(other_at)) if len(other_at) < n else text
+        encoded = pc.dictionary_encode(other)
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        found = _distinct_kinds(encoded.dictionary)
+        kind[other_at] = found.kind[codes]
+        config_open[other_at] = found.config_open[codes]
+        resume_marker[other_at] = found.resume_marker[codes]
+        _mark_trace_code_lines(text, kind, other_at[found.trace[codes]])
+        phase_names = _scatter(n, other_at, found.phase.take(encoded.indices), pa.string())
+    if len(memory_at):
+        memory_phase = _phase(text.take(pa.array(memory_at)))
+        phase_names = pc.coalesce(phase_names, _scatter(n, memory_at, memory_phase, pa.string()))
     component, pid = _prefix(text)
-    return Classified(kind, component, pid, phase, _timestamps(text), config_open, resume_marker)
+    return Classified(kind, component, pid, phase_names, _timestamps(text), config_open, resume_marker)
+
+
+def _step_lines(text: pa.StringArray) -> np.ndarray:
+    """Positions of the lines that carry step metrics (any format, wrapped pieces too)."""
+    maybe = _mask(pc.match_substring_regex(text, STEP_HINT_RE))
+    maybe |= _mask(pc.match_substring_regex(text, STEP_ANCHORED_RE))
+    cand = np.flatnonzero(maybe)
+    if len(cand) == 0:
+        return cand
+    return cand[_mask(pc.match_substring_regex(text.take(pa.array(cand)), STEP_ANY_RE))]
+
+
+@dataclass
+class _DistinctKinds:
+    """Classification of distinct non-step, non-memory lines."""
+
+    kind: np.ndarray
+    config_open: np.ndarray
+    resume_marker: np.ndarray
+    trace: np.ndarray  # bool: a traceback `File "...", line N` line
+    phase: pa.Array
+
+
+def _distinct_kinds(lines: pa.StringArray) -> _DistinctKinds:
+    """Kind of each line: the first of config, error, warning, weak error, progress that matches."""
+    m = len(lines)
+    kind = np.full(m, K_OTHER, dtype=np.int8)
+    todo = np.arange(m)
+    config = np.zeros(m, dtype=bool)
+    for pattern, code in (
+        (CONFIG_RE, K_CONFIG),
+        (ERROR_STRONG_RE, K_ERROR),
+        (WARNING_RE, K_WARNING),
+        (ERROR_WEAK_RE, K_ERROR),
+        (PROGRESS_RE, K_PROGRESS),
+    ):
+        if len(todo) == 0:
+            break
+        sub = lines if len(todo) == m else lines.take(pa.array(todo))
+        hit = _mask(pc.match_substring_regex(sub, pattern))
+        kind[todo[hit]] = code
+        if code == K_CONFIG:
+            config[todo[hit]] = True
+        todo = todo[~hit]
+    config_open = np.zeros(m, dtype=bool)
+    resume_marker = np.zeros(m, dtype=bool)
+    opened = np.flatnonzero(config)
+    if len(opened):
+        opened_text = lines.take(pa.array(opened))
+        config_open[opened[_mask(pc.match_substring_regex(opened_text, CONFIG_OPEN_RE))]] = True
+        resume_marker[opened[_mask(pc.match_substring_regex(opened_text, RESUME_RE))]] = True
+    trace = _mask(pc.match_substring_regex(lines, TRACE_FILE_RE))
+    return _DistinctKinds(kind, config_open, resume_marker, trace, _phase(lines))
+
+
+def _phase(lines: pa.StringArray) -> pa.Array:
+    """The verl phase named by each line's first method name, or null."""
+    names = pc.struct_field(pc.extract_regex(lines, PHASE_RE), [0])
+    return pc.take(pa.array(list(PHASES.values())), pc.index_in(names, pa.array(list(PHASES))))
 
 
 def _mark_trace_code_lines(text: pa.StringArray, kind: np.ndarray, file_lines: np.ndarray) -> None:
@@ -293,34 +382,44 @@ def _mark_trace_code_lines(text: pa.StringArray, kind: np.ndarray, file_lines: n
         kind[nxt[indented]] = K_ERROR
 
 
+def _heads(text: pa.StringArray, idx: np.ndarray, close: np.ndarray) -> pa.StringArray:
+    """Lines `idx` cut after their first `)` (at byte `close`), gathered without copying whole lines."""
+    offsets = np.frombuffer(text.buffers()[1], dtype=np.int32)[text.offset : text.offset + len(text) + 1]
+    data = np.frombuffer(text.buffers()[2], dtype=np.uint8)
+    lengths = close.astype(np.int64) + 1
+    new_offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    gather = np.repeat(offsets[idx].astype(np.int64) - new_offsets[:-1], lengths) + np.arange(new_offsets[-1])
+    buffers = [None, pa.py_buffer(new_offsets.astype(np.int32)), pa.py_buffer(data[gather])]
+    return pa.Array.from_buffers(pa.string(), len(idx), buffers)
+
+
 def _prefix(text: pa.StringArray) -> tuple[pa.Array, pa.Array]:
-    """Component and pid of the Ray prefix; parsed once per distinct prefix (a run has few)."""
+    """Component and pid of the Ray prefix; parsed once per distinct `(...)` head (a run has few)."""
     n = len(text)
-    has = np.flatnonzero(_mask(pc.match_substring_regex(text, PREFIX_RE)))
+    close = pc.find_substring(text, ")").to_numpy(zero_copy_only=False)
+    has = np.flatnonzero(_mask(pc.starts_with(text, "(")) & (close >= 0))
     if len(has) == 0:
         return pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
-    heads = pc.utf8_slice_codeunits(text.take(pa.array(has)), 0, 128)
-    heads = pc.list_element(pc.split_pattern(heads, ")", max_splits=1), 0)
-    distinct = pc.dictionary_encode(heads)
-    ex = pc.extract_regex(pc.binary_join_element_wise(distinct.dictionary, ")", ""), PREFIX_RE)
+    distinct = pc.dictionary_encode(_heads(text, has, close[has]))
+    ex = pc.extract_regex(distinct.dictionary, PREFIX_RE)  # null where the head is no Ray prefix
     comp, pid_s, raylet = (pc.struct_field(ex, [i]) for i in range(3))
     pid_s = pc.if_else(pc.equal(pid_s, ""), None, pid_s)
     comp = pc.if_else(pc.equal(comp, ""), pc.if_else(pc.is_null(pid_s), None, "pid"), comp)
     comp = pc.if_else(pc.equal(raylet, "raylet"), "raylet", comp)
-    comp, pid = comp.take(distinct.indices), pc.cast(pid_s, pa.int64()).take(distinct.indices)
-    return _scatter(n, has, comp, pa.string()), _scatter(n, has, pid, pa.int64())
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[has] = distinct.indices.to_numpy()
+    at = pa.array(pos, mask=pos < 0)
+    return comp.take(at), pc.cast(pid_s, pa.int64()).take(at)
 
 
 def _timestamps(text: pa.StringArray) -> pa.Array:
-    n = len(text)
-    found = _mask(pc.match_substring_regex(text, TS_RE))
-    idx = np.flatnonzero(found)
-    if len(idx) == 0:
-        return pa.nulls(n, pa.timestamp("us"))
-    raw = pc.struct_field(pc.extract_regex(text.take(pa.array(idx)), TS_RE), [0])
+    """The timestamp near the start of each line (after a Ray prefix and a level), or null."""
+    raw = pc.struct_field(pc.extract_regex(text, TS_RE), [0])
+    if raw.null_count == len(raw):
+        return pa.nulls(len(text), pa.timestamp("us"))
     raw = pc.replace_substring(pc.replace_substring(raw, ",", "."), "T", " ")
     try:
-        ts = pc.cast(raw, pa.timestamp("us"))
+        return pc.cast(raw, pa.timestamp("us"))
     except pa.ArrowInvalid:
-        ts = pc.strptime(pc.utf8_slice_codeunits(raw, 0, 19), "%Y-%m-%d %H:%M:%S", "us", error_is_null=True)
-    return _scatter(n, idx, ts, pa.timestamp("us"))
+        return pc.strptime(pc.utf8_slice_codeunits(raw, 0, 19), "%Y-%m-%d %H:%M:%S", "us", error_is_null=True)

@@ -2,10 +2,10 @@
 
 Blocks of lines flow through three stages: decode+classify+parse (stateless, two threads, Arrow
 kernels release the GIL), context (sequential: resume segments, step in progress, config pprint),
-and a writer thread streaming `log_lines` into the lake. Metric rows go to a scratch Parquet file
-and are streamed into `step_metrics` at the end; only when a (step, key) can occur twice (a resume
-repeating steps, a JSONL file, seed timings) does DuckDB reconcile them first. Memory stays flat
-whatever the log size.
+and a writer thread streaming `log_lines` into the lake. Metric rows are written in `step_metrics`
+form to a scratch Parquet file that is moved into the lake at the end; only when a (step, key) can
+occur twice (a resume repeating steps, a JSONL file, seed timings) does DuckDB reconcile them into a
+new file. Memory stays flat whatever the log size.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.lake import RunBatchWriter, write_run_table
+from pipeline.lake import RunBatchWriter, run_partition_dir, swap_into_place, write_run_table
 
 from .config import INT_FIELDS, STRING_FIELDS, TOTAL_STEPS, ConfigCollector, config_facts
 from .discover import RunEntry
@@ -114,17 +114,12 @@ last_segment as (select coalesce(max(segment), 0) as s from raw),
 fixed as (
     select * replace (case when segment < 0 then (select s from last_segment) else segment end as segment)
     from raw
-),
-kept as (
-    select step, key,
-           arg_max({{'value': value, 'source': source, 'segment': segment, 'file': file, 'line_no': line_no}},
-                   {{'segment': segment, 'rank': -({SOURCE_RANK}), 'file': file, 'line_no': line_no}}) as k
-    from fixed
-    group by step, key
 )
-select step, key, k.value as value, k.source as source, k.segment::integer as segment, k.file as file,
-       k.line_no as line_no
-from kept
+select step, key, value, source, segment::integer as segment, file, line_no
+from fixed
+qualify row_number() over (
+    partition by step, key order by segment desc, {SOURCE_RANK} asc, file desc, line_no desc
+) = 1
 order by step, key
 """
 SOURCES = pa.array(SOURCE_NAMES, pa.string())
@@ -201,7 +196,7 @@ def _stage_a(raw: bytes, file: str, limits: IngestLimits) -> BlockResult:
     except Exception as exc:  # keep the lines even if their parse hits a bug
         cls = unclassified(len(lines.text))
         rows = StepRows(problems=[(0, f"this block's lines kept unparsed ({type(exc).__name__}: {exc})")])
-    return BlockResult(lines, cls, rows, raw.count(b"\x00"))
+    return BlockResult(lines, cls, rows, raw.count(b"\x00") if b"\x00" in raw else 0)
 
 
 def _counted(chunks: Iterator[bytes], totals: RunTotals) -> Iterator[bytes]:
@@ -219,9 +214,14 @@ class _RunIngest:
         self.problems: list[str] = []
         self.totals = RunTotals()
         self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
-        self.raw_path = scratch / "step_rows.parquet"
-        self.raw_writer = pq.ParquetWriter(self.raw_path, STEP_METRICS_SCHEMA, compression="lz4")
-        self.seen_steps: set[int] = set()
+        # the metric rows in `step_metrics` form: moved into the lake as they are, unless a (step, key)
+        # can occur twice, when DuckDB reconciles them into a new file
+        self.raw_path = scratch / "step_metrics" / "part-0.parquet"
+        self.raw_path.parent.mkdir()
+        self.raw_writer = pq.ParquetWriter(self.raw_path, STEP_METRICS_SCHEMA, compression="zstd")
+        self.n_raw_rows = 0
+        self.steps: set[int] = set()  # steps with a metric row
+        self.seen_steps: set[int] = set()  # steps of step lines
         self.needs_reconcile = False  # only when a (step, key) can occur twice: resumes, JSONL, seed timings
         self.memory: list[pa.Table] = []  # per block: the largest memory value per (segment, step, key)
         self.write_pool = ThreadPoolExecutor(1)
@@ -244,16 +244,17 @@ class _RunIngest:
         self.n_truncated = 0
         crlf = False
         for raw in iter_raw_blocks(_counted(chunks, self.totals), name, self.limits, self.problems):
-            crlf = crlf or b"\r\n" in raw
             pending.append(pool.submit(_stage_a, raw, name, self.limits))
             while len(pending) > 1:
                 res = pending.popleft().result()
                 n_nul, n_bad = self._stage_b(res, line_no, state, name, n_nul, n_bad)
                 line_no += len(res.lines.text)
+                crlf = crlf or res.lines.crlf
         while pending:
             res = pending.popleft().result()
             n_nul, n_bad = self._stage_b(res, line_no, state, name, n_nul, n_bad)
             line_no += len(res.lines.text)
+            crlf = crlf or res.lines.crlf
         if state.collector is not None:
             self._finish_config(state.collector)
         if n_nul:
@@ -440,6 +441,8 @@ class _RunIngest:
             }
         )
         self.raw_writer.write_table(out.cast(STEP_METRICS_SCHEMA))
+        self.n_raw_rows += n
+        self.steps.update(pc.unique(out.column("step")).to_pylist())
 
     def _add_memory(self, step, segment, key, value, line_no, name: str) -> None:
         """Keep the largest value per (segment, step, key) of this block, with the line it came from."""
@@ -449,7 +452,7 @@ class _RunIngest:
                 "step": step,
                 "key": key,
                 "value": value,
-                "file": pa.array(np.full(len(step), name, dtype=object), pa.string()),
+                "file": pa.array([name], pa.string()).take(pa.array(np.zeros(len(step), dtype=np.int32))),
                 "line_no": line_no,
             }
         )
@@ -478,23 +481,30 @@ class _RunIngest:
         ).cast(STEP_METRICS_SCHEMA)
 
     def reconcile(self, warehouse: Path) -> tuple[Path, int, int]:
-        """Keep one value per (step, key) and write `step_metrics`; returns (path, n_steps, n_values)."""
+        """Keep one value per (step, key) and write `step_metrics`; returns (path, n_steps, n_values).
+
+        Without a (step, key) that can occur twice, the rows already written are moved into place.
+        """
+        memory = self._memory_table()
+        self.steps.update(pc.unique(memory.column("step")).to_pylist())
+        if not self.needs_reconcile:
+            if memory.num_rows:
+                self.raw_writer.write_table(memory)
+            self.raw_writer.close()
+            final = run_partition_dir(warehouse, "step_metrics", self.entry.run_id)
+            swap_into_place(self.raw_path.parent, final)
+            return final, len(self.steps), self.n_raw_rows + memory.num_rows
         self.raw_writer.close()
         con = duckdb.connect()
-        steps: set[int] = set()
         counted = [0]
 
         def batches() -> Iterator[pa.RecordBatch]:
-            if self.needs_reconcile:
-                con.execute(
-                    "set memory_limit='256MB'; set threads=2; set preserve_insertion_order=true;"
-                    f"set enable_progress_bar=false; set temp_directory='{self.raw_path.parent}'"
-                )
-                source = con.sql(RECONCILE_SQL, params={"path": str(self.raw_path)}).to_arrow_reader(65536)
-            else:
-                source = pq.ParquetFile(self.raw_path).iter_batches(65536)
-            for batch in itertools.chain(source, self._memory_table().to_batches()):
-                steps.update(np.unique(batch.column("step").to_numpy()).tolist())
+            con.execute(
+                "set memory_limit='256MB'; set threads=2; set preserve_insertion_order=true;"
+                f"set enable_progress_bar=false; set temp_directory='{self.raw_path.parent.parent}'"
+            )
+            source = con.sql(RECONCILE_SQL, params={"path": str(self.raw_path)}).to_arrow_reader(65536)
+            for batch in itertools.chain(source, memory.to_batches()):
                 counted[0] += batch.num_rows
                 yield batch
 
@@ -504,7 +514,7 @@ class _RunIngest:
             )
         finally:
             con.close()
-        return path, len(steps), counted[0]
+        return path, len(self.steps), counted[0]
 
 
 def _largest(t: pa.Table) -> pa.Table:

@@ -16,14 +16,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-STEP_HEAD = re.compile(r"(?:^|\s)step:(\d+) - ")
+from .lines import _mask
+
+STEP_HEAD_RE = r"(?:^|\s)step:(?P<step>\d+) - "
+STEP_HEAD = re.compile(STEP_HEAD_RE)
 GLOBAL_STEP = re.compile(r"training/global_step:(?:np\.\w+\()?(\d+)(?:\.0+)?\)?(?: |$)")
 PREFIX = re.compile(r"^\([^)]*\) ?")
 FRAGMENT = re.compile(r"^(?!\([^)]*\) )[ -]*\S+(?: - \S+)*[ -]*$")
 SINGLE_TOKEN = re.compile(r"^[^\s(]\S*$")
 REPEATED_RE = r"\s*\[repeated \d+x across cluster\].*$"
-NP_WRAPPED_RE = r"^np\.[a-z]+\d*\(([^()]*)\)?$"  # the ) can be lost when a log is cut
+NP_HEAD_RE = r"^np\.[a-z]+\d*$"  # `np.float64` of `np.float64(x)`
 NUMBER_RE = r"^[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)$"
+NUMBER_CHARS = "0123456789.eE+-naif"  # the characters of NUMBER_RE
 V04_RE = r"^-?\d+\.\d{3}$"
 SEED_KV = re.compile(r"(?:^|\s)step=(\d+)((?:,\s*[\w/@.-]+=[^,\s]+)+)")
 SEED_TIMING = re.compile(r"\[INFO\] step: ([\w/.@-]+): ([-+\d.eE]+) ?ms")
@@ -100,29 +104,60 @@ ROWS_SCHEMA = pa.schema(
 )
 
 
+Console = tuple[pa.StringArray, np.ndarray, np.ndarray]  # pairs text, first line, step of each step line
+
+
 def parse_step_lines(text: pa.StringArray, idx: np.ndarray, rows: StepRows) -> None:
-    """Parse the step-metric lines at positions `idx` of `text` (console, wrapped, JSONL, seed formats)."""
+    """Parse the step-metric lines at positions `idx` of `text` (console, wrapped, JSONL, seed formats).
+
+    Plain console step lines (the bulk) are parsed with Arrow kernels only; runs of adjacent lines
+    that hold a line without a `step:N - ` head (wrapped pieces, JSONL, seed formats) go line by line.
+    """
     if len(idx) == 0:
         return
-    lines = text.take(pa.array(idx)).to_pylist()
-    console_idx, console_text = [], []
-    groups = _wrap_groups(text, idx, lines, rows.tails)
-    for start, joined in groups:
-        m = STEP_HEAD.search(joined)
+    sub = text.take(pa.array(idx))
+    fast = ~_runs_without_head(idx, _mask(pc.match_substring_regex(sub, STEP_HEAD_RE)))
+    parts: list[Console] = []
+    if fast.any():
+        parts.append(_console_heads(sub if fast.all() else sub.filter(pa.array(fast)), idx[fast], rows))
+    if not fast.all():
+        parts.append(_line_by_line(text, idx[~fast], sub.filter(pa.array(~fast)).to_pylist(), rows))
+    rest = pa.concat_arrays([p[0] for p in parts])
+    starts = np.concatenate([p[1] for p in parts])
+    steps = np.concatenate([p[2] for p in parts])
+    if len(parts) > 1:
+        order = np.argsort(starts, kind="stable")
+        rest, starts, steps = rest.take(pa.array(order)), starts[order], steps[order]
+    if len(rest):
+        _parse_console(_clean_rests(rest), starts, steps, rows)
+
+
+def _runs_without_head(idx: np.ndarray, has_head: np.ndarray) -> np.ndarray:
+    """The lines of the runs of adjacent step lines that hold a line without a `step:N - ` head."""
+    run = np.concatenate([[0], np.cumsum(np.diff(idx) != 1)])
+    return np.isin(run, run[~has_head])
+
+
+def _console_heads(lines: pa.StringArray, starts: np.ndarray, rows: StepRows) -> Console:
+    """Step and pairs text of lines that each hold a `step:N - ` head."""
+    steps = pc.cast(pc.struct_field(pc.extract_regex(lines, STEP_HEAD_RE), [0]), pa.int64()).to_numpy()
+    rest = pc.list_element(pc.split_pattern_regex(lines, STEP_HEAD.pattern, max_splits=1), 1)
+    rows.events.extend(zip(starts.tolist(), steps.tolist(), strict=True))
+    rows.n_step_lines += len(starts)
+    return rest, starts, steps
+
+
+def _line_by_line(text: pa.StringArray, idx: np.ndarray, lines: list[str], rows: StepRows) -> Console:
+    """Wrapped step lines, `training/global_step` lines, JSONL and seed formats, one group at a time."""
+    starts, steps, rests = [], [], []
+    for start, joined in _wrap_groups(text, idx, lines, rows.tails):
+        m = STEP_HEAD.search(joined) or GLOBAL_STEP.search(joined)
         if m:
-            step = int(m.group(1))
-            rows.events.append((start, step))
+            rows.events.append((start, int(m.group(1))))
             rows.n_step_lines += 1
-            console_idx.append((start, step))
-            console_text.append(joined[m.end() :])
-            continue
-        g = GLOBAL_STEP.search(joined)
-        if g:
-            step = int(g.group(1))
-            rows.events.append((start, step))
-            rows.n_step_lines += 1
-            console_idx.append((start, step))
-            console_text.append(joined)
+            starts.append(start)
+            steps.append(int(m.group(1)))
+            rests.append(joined[m.end() :] if m.re is STEP_HEAD else joined)
             continue
         line = PREFIX.sub("", joined, count=1)
         if JSON_START.match(line):
@@ -140,8 +175,7 @@ def parse_step_lines(text: pa.StringArray, idx: np.ndarray, rows: StepRows) -> N
                     f"about {n_pairs} pairs not attributed",
                 )
             )
-    if console_text:
-        _parse_console(console_text, console_idx, rows)
+    return pa.array(rests, pa.string()), np.array(starts, dtype=np.int64), np.array(steps, dtype=np.int64)
 
 
 def _wrap_groups(
@@ -190,67 +224,89 @@ def _join(pieces: list[str]) -> str:
     return out
 
 
-def nth(lists: pa.Array, i: int) -> pa.Array:
-    """Element i of each list, null where a list is shorter (or null)."""
-    long_enough = pc.fill_null(pc.greater(pc.list_value_length(lists), i), False)
-    padded = pc.if_else(long_enough, lists, pa.scalar([None] * (i + 1), type=lists.type))
-    return pc.list_element(padded, i)
+def _clean_rests(rest: pa.StringArray) -> pa.StringArray:
+    """Pairs text of step lines without what can follow it on the same line (a tqdm `\\r`, a Ray
+    ` [repeated Nx across cluster]`) nor trailing ` -`."""
+    if pc.any(pc.match_substring_regex(rest, "\r")).as_py():
+        rest = pc.replace_substring_regex(rest, "\r.*", "", max_replacements=1)
+    if pc.any(pc.match_substring_regex(rest, r"\[repeated ")).as_py():
+        rest = pc.replace_substring_regex(rest, REPEATED_RE, "", max_replacements=1)
+    return pc.utf8_rtrim(rest, characters=" -")
 
 
-def _clean_rest(rest: str) -> str:
-    """Pairs text of a step line without what can follow it on the same line."""
-    if "\r" in rest:
-        rest = rest.split("\r", 1)[0]
-    if "[repeated " in rest:
-        rest = re.sub(REPEATED_RE, "", rest)
-    return rest.rstrip(" -")
-
-
-def _parse_console(rests: list[str], where: list[tuple[int, int]], rows: StepRows) -> None:
-    rest = pa.array([_clean_rest(r) for r in rests], pa.string())
+def _parse_console(rest: pa.StringArray, starts: np.ndarray, steps: np.ndarray, rows: StepRows) -> None:
+    """Split `key:value - key:value` pairs text into rows, all with Arrow kernels."""
     pairs = pc.split_pattern(rest, " - ")
     parent = pc.list_parent_indices(pairs).to_numpy()
-    flat = pc.list_flatten(pairs)
-    # an item without ":" becomes ":" so that every split has a key and a value (both empty: a failure)
-    flat = pc.if_else(pc.match_substring(flat, ":"), flat, ":")
-    kv = pc.split_pattern(flat, ":", max_splits=1, reverse=True)
+    kv = pc.split_pattern(pc.list_flatten(pairs), ":", max_splits=1, reverse=True)
+    n = len(kv)
     key = pc.list_element(kv, 0)
-    val = pc.utf8_trim_whitespace(pc.list_element(kv, 1))
-    is_np = pc.starts_with(val, "np.")
-    n_np = pc.sum(is_np).as_py() or 0
-    if n_np:
-        inner = pc.replace_substring_regex(val.filter(is_np), NP_WRAPPED_RE, r"\1")
-        val = pc.replace_with_mask(val, is_np, inner)
-    is_num = pc.match_substring_regex(val, NUMBER_RE)
-    is_bool = pc.is_in(val, pa.array(["True", "False"]))
-    ok = pc.or_(is_num, is_bool)
-    n_ok = pc.sum(ok).as_py() or 0
-    rows.n_failures += len(flat) - n_ok
+    # an item without ":" has no value: a failure
+    val = pc.utf8_trim_whitespace(_nth(kv, 1))
+    is_np = _mask(pc.starts_with(val, "np."))
+    if is_np.any():
+        at = np.flatnonzero(is_np)
+        inner, wrapped = _unwrap_np(val.take(pa.array(at)))
+        unwrap = np.zeros(n, dtype=bool)
+        unwrap[at[wrapped]] = True
+        val = pc.replace_with_mask(val, pa.array(unwrap), inner.filter(pa.array(wrapped)))
+    is_num, value = _numbers(val)
+    is_bool = _mask(pc.is_in(val, pa.array(["True", "False"])))
+    ok = is_num | is_bool
+    n_ok = int(ok.sum())
+    rows.n_failures += n - n_ok
     rows.n_values += n_ok
     rows.n_console += n_ok
-    if n_np:
-        rows.n_np += pc.sum(pc.and_(is_np, ok)).as_py() or 0
+    rows.n_np += int((is_np & ok).sum())
     # the number format is a property of the run: a sample of values decides it
     sample = val.slice(0, 256)
     rows.n_v04_sampled += len(sample)
     rows.n_v04 += pc.sum(pc.match_substring_regex(sample, V04_RE)).as_py() or 0
     if n_ok == 0:
         return
-    value = pc.cast(pc.if_else(is_num, val, "0"), pa.float64())
-    if pc.any(is_bool).as_py():
-        value = pc.if_else(is_bool, pc.if_else(pc.equal(val, "True"), 1.0, 0.0), value)
-    starts = np.array([w[0] for w in where], dtype=np.int64)
-    steps = np.array([w[1] for w in where], dtype=np.int64)
+    if is_bool.any():
+        value = pc.if_else(pa.array(is_bool), pc.if_else(pc.equal(val, "True"), 1.0, 0.0), value)
     table = pa.table(
         {
             "step": pa.array(steps[parent]),
             "key": key,
             "value": value,
-            "source": pa.array(np.zeros(len(flat), dtype=np.int8)),
+            "source": pa.array(np.zeros(n, dtype=np.int8)),
             "line_idx": pa.array(starts[parent]),
         }
     )
-    rows.arrow.append(table if n_ok == len(flat) else table.filter(ok))
+    rows.arrow.append(table if n_ok == n else table.filter(pa.array(ok)))
+
+
+def _unwrap_np(val: pa.StringArray) -> tuple[pa.StringArray, np.ndarray]:
+    """`np.float64(x)` -> `x` (the `)` may be lost when a log is cut); and which values had that form.
+
+    The form is `^np\\.[a-z]+\\d*\\(([^()]*)\\)?$` without a regex per value: the distinct heads are
+    checked once. An `x` holding a bracket passes here but fails as a number just the same.
+    """
+    parts = pc.split_pattern(val, "(", max_splits=1)
+    head = pc.dictionary_encode(pc.list_element(parts, 0))
+    head_ok = _mask(pc.match_substring_regex(head.dictionary, NP_HEAD_RE))[head.indices.to_numpy()]
+    tail = pc.fill_null(_nth(parts, 1), "")
+    inner = pc.utf8_rtrim(tail, ")")
+    one_bracket = pc.subtract(pc.binary_length(tail), pc.binary_length(inner)).to_numpy() <= 1
+    return inner, head_ok & one_bracket & (pc.list_value_length(parts).to_numpy() == 2)
+
+
+def _numbers(val: pa.StringArray) -> tuple[np.ndarray, pa.Array]:
+    """Which values are numbers (`NUMBER_RE`), and their float64 values (0 where not).
+
+    Arrow's float parser accepts exactly the `NUMBER_RE` strings among those made of its characters,
+    so a cheap character check and one cast do; a block where the cast refuses one falls back to the
+    regex.
+    """
+    maybe = pc.and_(pc.equal(pc.ascii_trim(val, NUMBER_CHARS), ""), pc.greater(pc.binary_length(val), 0))
+    try:
+        value = pc.cast(pc.if_else(maybe, val, "0"), pa.float64())
+        return _mask(maybe), value
+    except pa.ArrowInvalid:
+        is_num = pc.match_substring_regex(val, NUMBER_RE)
+        return _mask(is_num), pc.cast(pc.if_else(is_num, val, "0"), pa.float64())
 
 
 def _number(v) -> float | None:
@@ -312,24 +368,30 @@ def parse_memory_lines(text: pa.StringArray, idx: np.ndarray, rows: StepRows) ->
         return
     parts = pc.split_pattern(text.take(pa.array(idx)), " (GB): ")
     n_parts = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
-    fields = [nth(pc.split_pattern(nth(parts, i), ",", max_splits=1), 0) for i in (1, 2)]
-    device = pc.split_pattern(nth(parts, 3), "/", max_splits=1)
-    fields += [nth(device, 0), nth(device, 1)]
-    for field_, key in zip(fields, MEMORY_KEYS, strict=True):
-        good = pc.fill_null(pc.match_substring_regex(field_, r"^\d+(?:\.\d*)?$"), False).to_numpy(
-            zero_copy_only=False
+    fields = [_nth(pc.split_pattern(_nth(parts, i), ",", max_splits=1), 0) for i in (1, 2)]
+    device = pc.split_pattern(_nth(parts, 3), "/", max_splits=1)
+    fields += [_nth(device, 0), _nth(device, 1)]
+    value = pa.concat_arrays(fields)
+    good = _mask(pc.match_substring_regex(value, r"^\d+(?:\.\d*)?$")) & np.tile(n_parts >= 3, len(fields))
+    sel = np.flatnonzero(good)
+    if len(sel) == 0:
+        return
+    key = np.repeat(np.arange(len(fields)), len(idx))[sel]
+    rows.arrow.append(
+        pa.table(
+            {
+                "step": pa.array(np.full(len(sel), -1, dtype=np.int64)),
+                "key": pa.array(MEMORY_KEYS).take(pa.array(key)),
+                "value": pc.cast(value.take(pa.array(sel)), pa.float64()),
+                "source": pa.array(np.full(len(sel), SRC_MEMORY, dtype=np.int8)),
+                "line_idx": pa.array(np.tile(idx.astype(np.int64), len(fields))[sel]),
+            }
         )
-        sel = np.flatnonzero(good & (n_parts >= 3))
-        if len(sel) == 0:
-            continue
-        rows.arrow.append(
-            pa.table(
-                {
-                    "step": pa.array(np.full(len(sel), -1, dtype=np.int64)),
-                    "key": pa.array(np.full(len(sel), key, dtype=object), pa.string()),
-                    "value": pc.cast(field_.take(pa.array(sel)), pa.float64()),
-                    "source": pa.array(np.full(len(sel), SRC_MEMORY, dtype=np.int8)),
-                    "line_idx": pa.array(idx[sel].astype(np.int64)),
-                }
-            )
-        )
+    )
+
+
+def _nth(lists: pa.Array, i: int) -> pa.Array:
+    """Element i of each list, null where a list is shorter (or null)."""
+    lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+    pos = np.where(lengths > i, np.cumsum(lengths) - lengths + i, -1)
+    return pc.list_flatten(lists).take(pa.array(pos, mask=pos < 0))

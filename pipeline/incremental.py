@@ -1,0 +1,47 @@
+"""Incremental analysis: skip runs whose archive entry has not changed since they were last analysed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from pipeline.lake import run_partition_dir
+
+# Per-run outputs that must exist for a run to count as analysed.
+FINAL_TABLES = ("runs", "run_summary", "step_anomalies")
+MTIME_TOLERANCE_S = 1e-3
+
+
+def recorded_source(warehouse: str | Path, run_id: str) -> tuple[str, float | None] | None:
+    """The (source_path, mtime as epoch seconds) the `runs` table recorded at ingest, or None."""
+    part = run_partition_dir(warehouse, "runs", run_id) / "part-0.parquet"
+    if not part.is_file():
+        return None
+    row = pq.read_table(part, columns=["source_path", "mtime"]).to_pylist()
+    if not row:
+        return None
+    mtime = row[0]["mtime"]
+    # ingest writes datetime.fromtimestamp(entry.mtime): naive local time, so .timestamp() inverts it.
+    return row[0]["source_path"], mtime.timestamp() if mtime is not None else None
+
+
+def is_unchanged(entry, warehouse: str | Path, reports: str | Path) -> bool:
+    """True when `entry` is the same file set as at its last ingest and every per-run output exists."""
+    recorded = recorded_source(warehouse, entry.run_id)
+    if recorded is None or recorded[0] != str(entry.path) or recorded[1] is None:
+        return False
+    if abs(recorded[1] - entry.mtime) > MTIME_TOLERANCE_S:
+        return False
+    outputs = [run_partition_dir(warehouse, t, entry.run_id) for t in FINAL_TABLES]
+    report = Path(reports) / "runs" / f"{entry.run_id}.html"
+    return all(p.is_dir() for p in outputs) and report.is_file()
+
+
+def split_changed(entries, warehouse: str | Path, reports: str | Path) -> tuple[list[str], list[str]]:
+    """Finished entries split into (new or changed run_ids, unchanged run_ids), both sorted."""
+    todo, unchanged = [], []
+    for entry in entries:
+        if entry.finished:
+            (unchanged if is_unchanged(entry, warehouse, reports) else todo).append(entry.run_id)
+    return sorted(todo), sorted(unchanged)

@@ -1,0 +1,43 @@
+"""`analyze` end to end on the real verl logs: every asset, the shared checker, a report per run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from pipeline.lake import connect
+
+
+def test_every_real_log_is_analysed_and_reported(analyzed_real_logs):
+    logs = sorted(p for p in analyzed_real_logs.archive.iterdir() if p.is_file())
+    outcome = analyzed_real_logs.outcome
+    assert len(outcome.run_ids) == len(logs)
+    assert outcome.fleet_report is not None and outcome.fleet_report.is_file()
+    for run_id in outcome.run_ids:
+        assert (analyzed_real_logs.reports / "runs" / f"{run_id}.html").is_file()
+
+
+def test_shared_checker_finds_every_line_and_pair(analyzed_real_logs, shared_dir):
+    proc = subprocess.run(
+        [sys.executable, str(shared_dir / "tools" / "check_real_logs.py"), str(analyzed_real_logs.archive),
+         str(analyzed_real_logs.warehouse)],
+        capture_output=True, text=True, check=False,
+    )
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert last.endswith("problems 0"), last
+
+
+def test_real_runs_are_scored_with_the_fleet_model(analyzed_real_logs):
+    con = connect(analyzed_real_logs.warehouse)
+    scored = dict(con.execute(
+        "select regexp_extract(run_id, '^(\\d+)_', 1), count(*) from step_anomalies group by all").fetchall())
+    steps = dict(con.execute(
+        "select regexp_extract(run_id, '^(\\d+)_', 1), count(*) from step_phases group by all").fetchall())
+    assert scored == steps
+    flagged = con.execute(
+        "select min(step), max(step) from step_anomalies "
+        "where run_id like '15_%' and anomaly_class = 'response_length_collapse' and is_anomaly").fetchone()
+    assert flagged[0] is not None and 30 <= flagged[0] <= 40 and flagged[1] == 59
+    assert con.execute(
+        "select count(*) from step_anomalies where run_id like '16_%' and is_anomaly").fetchone()[0] == 0
