@@ -2,7 +2,7 @@
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from dagster import AssetKey, build_schedule_context
 
@@ -13,7 +13,7 @@ from pipeline.schedules import nightly_schedule, nightly_selection
 
 def _request(warehouse):
     context = build_schedule_context(
-        scheduled_execution_time=datetime(2026, 11, 29, 2, 0, tzinfo=timezone.utc),
+        scheduled_execution_time=datetime(2026, 11, 29, 2, 0, tzinfo=UTC),
         resources={"warehouse": WarehouseResource(path=str(warehouse))},
     )
     return nightly_schedule(context)
