@@ -35,6 +35,7 @@ def smtp_from_env() -> SmtpResource:
         password=_secret("VERL_HEALTH_SMTP_PASSWORD"),
         sender=env.get("VERL_HEALTH_MAIL_FROM", "verl-health@localhost"),
         recipients=[r.strip() for r in env.get("VERL_HEALTH_MAIL_TO", "").split(",") if r.strip()],
+        ca_file=env.get("VERL_HEALTH_SMTP_CA_FILE", ""),
     )
 
 

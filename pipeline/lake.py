@@ -227,8 +227,12 @@ def connect(
 
 
 def refresh_catalog(warehouse: str | Path) -> Path:
-    """Rewrite `<warehouse>/warehouse.duckdb` with one view per table; single writer, replaced atomically."""
-    warehouse = Path(warehouse)
+    """Rewrite `<warehouse>/warehouse.duckdb` with one view per table; single writer, replaced atomically.
+
+    The views name absolute paths: DuckDB resolves a relative path against the shell's working
+    folder, so a catalog written with relative paths would open only from where it was written.
+    """
+    warehouse = Path(warehouse).resolve()
     final = warehouse / CATALOG_FILE
     tmp = warehouse / f".{CATALOG_FILE}.{uuid.uuid4().hex}.tmp"
     con = duckdb.connect(str(tmp))

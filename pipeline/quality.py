@@ -26,7 +26,7 @@ CONTRACT_COLUMNS = {
 
 
 def lines_conserved(warehouse: str | Path, run_ids: list[str]) -> dict[str, dict]:
-    """Runs whose `log_lines` row count differs from the lines ingest read (`runs.n_lines`)."""
+    """Runs whose `log_lines` row count differs from the lines in their raw bytes (`runs.n_lines_read`)."""
     con = connect(warehouse)
     if not _has(con, "runs") or not _has(con, "log_lines"):
         return {r: {"error": "runs or log_lines missing"} for r in run_ids}
@@ -34,9 +34,9 @@ def lines_conserved(warehouse: str | Path, run_ids: list[str]) -> dict[str, dict
         """
         with wanted as (select unnest($run_ids::varchar[]) as run_id),
         lines as (select run_id, count(*) as n from log_lines where run_id in (select run_id from wanted) group by all)
-        select w.run_id, r.n_lines, coalesce(l.n, 0)
+        select w.run_id, r.n_lines_read, coalesce(l.n, 0)
         from wanted w left join runs r using (run_id) left join lines l using (run_id)
-        where r.n_lines is null or r.n_lines <> coalesce(l.n, 0)
+        where r.n_lines_read is null or r.n_lines_read <> coalesce(l.n, 0)
         """,
         {"run_ids": run_ids},
     ).fetchall()
@@ -86,9 +86,12 @@ def phase_sums_consistent(warehouse: str | Path, run_ids: list[str], tolerance: 
     return dict(rows)
 
 
-def contract_violations(warehouse: str | Path, table: str) -> list[str]:
-    """Contract columns that `table` lacks (empty when it matches the design contract)."""
-    con = connect(warehouse)
+def contract_violations(warehouse: str | Path, table: str, run_ids: list[str] | None = None) -> list[str]:
+    """Contract columns that `table` lacks (empty when it matches the design contract).
+
+    With `run_ids`, only those runs' partitions are read: the ones just written.
+    """
+    con = connect(warehouse, run_ids=run_ids)
     if not _has(con, table):
         return [f"table {table} missing"]
     cols = {c for (c,) in con.execute(f"select column_name from (describe {table})").fetchall()}

@@ -88,6 +88,7 @@ class SmtpResource(ConfigurableResource):
     sender: str = Field(default="verl-health@localhost")
     recipients: list[str] = Field(default_factory=list)
     timeout_s: float = Field(default=30.0)
+    ca_file: str = Field(default="", description="CA bundle to trust (a private server's); empty: the system's.")
 
     @property
     def enabled(self) -> bool:
@@ -103,4 +104,5 @@ class SmtpResource(ConfigurableResource):
             "user": self.user or None,
             "password": self.password or None,
             "timeout": self.timeout_s,
+            "ca_file": self.ca_file or None,
         }

@@ -6,6 +6,7 @@ import os
 
 from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, schedule
 
+from pipeline.assets.report import DAY_TAG
 from pipeline.jobs import NIGHTLY_ASSETS, nightly_job
 from pipeline.quality import model_age_days
 from pipeline.resources import WarehouseResource
@@ -35,7 +36,7 @@ def nightly_schedule(context: ScheduleEvaluationContext, warehouse: WarehouseRes
     return RunRequest(
         run_key=f"nightly-{day}",
         asset_selection=[_key(a) for a in selection],
-        tags={"verl-health/day": day},
+        tags={DAY_TAG: day},
     )
 
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import socket
 import sys
 import time
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -20,18 +17,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def need(module: str, *names: str):
-    """Skip the test with a clear reason while another layer (`module`) is not written yet."""
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as exc:
-        pytest.skip(f"{module} not available yet: {exc}")
-    missing = [n for n in names if not hasattr(mod, n)]
-    if missing:
-        pytest.skip(f"{module} lacks {missing} (layer still being written)")
-    return mod
 
 
 def write_run(archive: Path, run_id: str, steps: int = 3, age_s: float = 3600.0) -> Path:
@@ -54,6 +39,7 @@ def set_age(path: Path, age_s: float) -> None:
 
 
 def simulate(out: Path, runs: int, seed: int = 7) -> dict:
-    """A simulated fleet under `out/archive` (skips while the simulator is not written yet)."""
-    sim = need("pipeline.simulate", "simulate_fleet")
-    return sim.simulate_fleet(out, runs=runs, seed=seed)
+    """A simulated fleet under `out/archive`."""
+    from pipeline.simulate import simulate_fleet
+
+    return simulate_fleet(out, runs=runs, seed=seed)

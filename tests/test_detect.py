@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from pipeline.detect import (
     score_runs,
 )
 from pipeline.lake import connect, write_run_table
+from pipeline.quality import model_age_days
 from pipeline.simulate.vocab import ANOMALY_CLASSES, FAILURE_CLASSES
 
 # (column, factor) an episode of each class applies, on top of its side effects below
@@ -241,6 +243,9 @@ def test_fit_and_score_through_the_warehouse(tmp_path):
     assert meta["settings"]["n_estimators"] == 30 and meta["sklearn_version"]
     assert meta["features"] == list(info.features)
     assert load_model(tmp_path) is not None
+    # the age the nightly schedule reads comes from the fit itself, not the file's modification time
+    os.utime(info.meta_path, (0, 0))
+    assert model_age_days(tmp_path) < 0.01
 
     flagged = score_runs(tmp_path, ["run-2", "run-3"])
     con = connect(tmp_path)

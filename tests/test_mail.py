@@ -18,9 +18,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from dagster import EnvVar, materialize
 from report_fixtures import build_warehouse, every_class_specs, parse_html
 
+from pipeline.assets.report import fleet_report_mail
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
+from pipeline.resources import ReportsResource, SmtpResource
 
 USER, PASSWORD = "reporter", "s3cret-Pa55"
 
@@ -130,7 +133,6 @@ def test_fleet_mail_arrives_with_parts_inline_images_and_attachment(starttls_ser
     plain, related = alternative.get_payload()
     assert plain.get_content_type() == "text/plain"
     assert "need attention" in plain.get_content() and "Needs attention" in plain.get_content()
-    assert "<script" not in plain.get_content() or "alert" in plain.get_content()
     assert related.get_content_type() == "multipart/related"
     html_part, *images = related.get_payload()
     assert html_part.get_content_type() == "text/html"
@@ -194,3 +196,27 @@ def test_bad_security_setting_is_refused(fleet_report):
     message = build_fleet_mail(fleet_report, sender="s@example.org", recipients=["r@example.org"], subject="x")
     with pytest.raises(ValueError, match="security"):
         send_mail(message, {"host": "127.0.0.1", "port": 1, "security": "tls-please"})
+
+
+def test_fleet_report_mail_asset_sends_through_the_smtp_resource(starttls_server, certificate, fleet_report,
+                                                                 monkeypatch, caplog):
+    inbox, port = starttls_server
+    before = len(inbox.messages)
+    monkeypatch.setenv("TEST_SMTP_USER", USER)
+    monkeypatch.setenv("TEST_SMTP_PASSWORD", PASSWORD)
+    smtp = SmtpResource(host="127.0.0.1", port=port, security="starttls", user=EnvVar("TEST_SMTP_USER"),
+                        password=EnvVar("TEST_SMTP_PASSWORD"), sender="verl-health@example.org",
+                        recipients=["team@example.org"], ca_file=str(certificate[0]), timeout_s=10)
+    reports = fleet_report.parent.parent
+    (reports / "fleet" / "latest.html").write_bytes(fleet_report.read_bytes())
+    with caplog.at_level(logging.DEBUG):
+        result = materialize([fleet_report_mail], resources={"reports": ReportsResource(path=str(reports)),
+                                                             "smtp": smtp})
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    assert event.materialization.metadata["sent"].value is True
+    [(mail_from, rcpts, raw)] = inbox.messages[before:]
+    assert (mail_from, rcpts) == ("verl-health@example.org", ["team@example.org"])
+    got = email.message_from_bytes(raw, policy=email.policy.default)
+    assert got["Subject"].startswith("verl-health fleet report ")
+    assert PASSWORD not in caplog.text and PASSWORD.encode() not in raw

@@ -5,7 +5,7 @@ import sys
 
 import duckdb
 import pyarrow.parquet as pq
-from operate_support import ROOT, need, simulate
+from operate_support import ROOT, simulate
 
 from pipeline import lake
 
@@ -72,7 +72,6 @@ def _partition(warehouse, table, run_id):
 
 
 def test_overlapping_materialisations(tmp_path):
-    need("pipeline.ingest", "discover_runs", "ingest_run")
     labels = simulate(tmp_path / "sim", runs=4, seed=9)
     run_ids = sorted(labels["runs"])
     archive, reports = tmp_path / "sim" / "archive", tmp_path / "reports"

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, execute_job
 from distributed import Client, LocalCluster
-from operate_support import need, simulate
+from operate_support import simulate
 
 from pipeline import lake
 from pipeline.executors import dask_run_config, reconstructable_job, resources_run_config
@@ -25,7 +25,6 @@ def cluster():
 
 
 def test_run_assets_on_dask(tmp_path, cluster):
-    need("pipeline.ingest", "discover_runs", "ingest_run")
     labels = simulate(tmp_path / "sim", runs=2, seed=3)
     run_ids = sorted(labels["runs"])
     warehouse = tmp_path / "warehouse"

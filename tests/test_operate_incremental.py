@@ -2,13 +2,12 @@
 
 import time
 
-from operate_support import need, simulate
+from operate_support import simulate
 
 from pipeline.incremental import split_changed
 
 
 def test_unchanged_runs_are_skipped(tmp_path):
-    need("pipeline.ingest", "discover_runs", "ingest_run")
     from pipeline.analysis import analyze_archive
     from pipeline.ingest import discover_runs
 

@@ -7,7 +7,7 @@ import sys
 import time
 
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus
-from operate_support import ROOT, VENV_BIN, need, simulate
+from operate_support import ROOT, VENV_BIN, simulate
 
 DAGSTER_YAML = """\
 run_coordinator:
@@ -46,7 +46,6 @@ def _wait_for_run(home, timeout_s=240):
 
 
 def test_job_launch_writes_the_run_report(tmp_path):
-    need("pipeline.ingest", "discover_runs", "ingest_run")
     labels = simulate(tmp_path / "sim", runs=2, seed=5)
     run_id = sorted(labels["runs"])[0]
     home = tmp_path / "dagster_home"
@@ -68,7 +67,6 @@ def test_job_launch_writes_the_run_report(tmp_path):
 
 
 def test_analyze_command_is_the_embedded_alternative(tmp_path):
-    need("pipeline.ingest", "discover_runs", "ingest_run")
     labels = simulate(tmp_path / "sim", runs=2, seed=5)
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "analyze", str(tmp_path / "sim" / "archive"),

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 from moto.server import ThreadedMotoServer
-from operate_support import need, simulate
+from operate_support import simulate
 
 from pipeline import lake
 from pipeline.objectstore import connect_remote, publish_warehouse, s3_filesystem, stage_archive
@@ -92,7 +92,6 @@ def test_publish_and_query_a_warehouse(s3, tmp_path):
 
 
 def test_analyze_an_archive_in_a_bucket(s3, tmp_path):
-    need("pipeline.ingest", "discover_runs", "ingest_run")
     from pipeline.objectstore import analyze_with_object_store
 
     labels = simulate(tmp_path / "sim", runs=3, seed=11)

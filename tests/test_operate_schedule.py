@@ -4,7 +4,7 @@ import json
 import time
 from datetime import UTC, datetime
 
-from dagster import AssetKey, build_schedule_context
+from dagster import AssetKey, build_schedule_context, materialize
 
 from pipeline.jobs import NIGHTLY_ASSETS
 from pipeline.resources import WarehouseResource
@@ -48,3 +48,19 @@ def test_refit_threshold():
     assert "anomaly_model" in nightly_selection(None, 7)
     assert "anomaly_model" in nightly_selection(7.0, 7)
     assert "anomaly_model" not in nightly_selection(6.9, 7)
+
+
+def test_fleet_report_is_dated_by_the_schedule_tick(tmp_path):
+    from report_fixtures import build_warehouse, every_class_specs
+
+    from pipeline.assets.report import DAY_TAG, fleet_report
+    from pipeline.resources import ReportsResource
+
+    warehouse = build_warehouse(tmp_path / "wh", every_class_specs())
+    result = materialize(
+        [fleet_report], tags={DAY_TAG: "2026-11-29"},
+        resources={"warehouse": WarehouseResource(path=str(warehouse)),
+                   "reports": ReportsResource(path=str(tmp_path / "reports"))},
+    )
+    assert result.success
+    assert (tmp_path / "reports" / "fleet" / "2026-11-29.html").is_file()

@@ -11,7 +11,7 @@ from dagster import (
     SkipReason,
     build_sensor_context,
 )
-from operate_support import need, set_age, write_run
+from operate_support import set_age, write_run
 
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.resources import ArchiveResource
@@ -57,7 +57,6 @@ def _requests(result):
 
 
 def test_sensor_over_an_archive_lifecycle(tmp_path):
-    need("pipeline.ingest", "discover_runs")
     archive = tmp_path / "archive"
     write_run(archive, "grpo-a")
     write_run(archive, "ppo-b")
@@ -102,7 +101,6 @@ def test_sensor_over_an_archive_lifecycle(tmp_path):
 
 
 def test_primed_cursor_requests_nothing(tmp_path):
-    need("pipeline.ingest", "discover_runs")
     from pipeline.sensors import archive_cursor
 
     archive = tmp_path / "archive"

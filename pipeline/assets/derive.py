@@ -72,7 +72,7 @@ def _run_table_asset(name: str, description: str, deps: list[str]) -> AssetsDefi
                 "sql": MetadataValue.path(f"sql/{name}.sql"),
             }
         )
-        missing = contract_violations(warehouse.root, name)
+        missing = contract_violations(warehouse.root, name, run_ids)
         yield AssetCheckResult(check_name="matches_contract", passed=not missing,
                                metadata={"missing_columns": MetadataValue.json(missing)})
         if name == "step_phases":

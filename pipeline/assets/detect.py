@@ -3,6 +3,7 @@
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
+    AssetCheckSpec,
     AssetExecutionContext,
     BackfillPolicy,
     Config,
@@ -16,7 +17,7 @@ from pydantic import Field
 from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
 from pipeline.lake import table_dir
 from pipeline.partitions import run_partitions
-from pipeline.quality import model_age_days
+from pipeline.quality import contract_violations, model_age_days
 from pipeline.resources import WarehouseResource
 
 MODEL_MAX_AGE_DAYS = 7.0
@@ -73,15 +74,20 @@ def anomaly_model_fresh(warehouse: WarehouseResource) -> AssetCheckResult:
     partitions_def=run_partitions,
     backfill_policy=BackfillPolicy.single_run(),
     group_name="detect",
+    check_specs=[AssetCheckSpec("matches_contract", asset="step_anomalies", blocking=True,
+                                description="Has every column of the design contract.")],
 )
-def step_anomalies(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+def step_anomalies(context: AssetExecutionContext, warehouse: WarehouseResource):
     """Every step scored by the stored model and the rules, with class, explanation and episodes."""
     run_ids = list(context.partition_keys)
     flagged = score_runs(warehouse.root, run_ids)
-    return MaterializeResult(
+    yield MaterializeResult(
         metadata={
             "runs": len(run_ids),
             "flagged_steps": flagged,
             "path": MetadataValue.path(str(table_dir(warehouse.root, "step_anomalies"))),
         }
     )
+    missing = contract_violations(warehouse.root, "step_anomalies", run_ids)
+    yield AssetCheckResult(check_name="matches_contract", passed=not missing,
+                           metadata={"missing_columns": MetadataValue.json(missing)})

@@ -14,10 +14,20 @@ from dagster import (
 
 from pipeline.ingest import ingest_run
 from pipeline.partitions import run_partitions
-from pipeline.quality import lines_conserved, steps_contiguous
+from pipeline.quality import contract_violations, lines_conserved, steps_contiguous
 from pipeline.resources import ArchiveResource, WarehouseResource
 
 INGEST_TABLES = ("runs", "log_lines", "step_metrics")
+PREVIEW_ROWS = 20
+
+
+def _preview(per_run: list[tuple]) -> str:
+    """A markdown table of the first runs ingested: lines, steps, bytes, problems."""
+    rows = ["| run_id | lines | steps | bytes | problems |", "|---|---:|---:|---:|---:|"]
+    rows += [f"| {r} | {n:,} | {s:,} | {b:,} | {p} |" for r, n, s, b, p in per_run[:PREVIEW_ROWS]]
+    if len(per_run) > PREVIEW_ROWS:
+        rows.append(f"| ... {len(per_run) - PREVIEW_ROWS} more | | | | |")
+    return "\n".join(rows)
 
 
 @multi_asset(
@@ -31,6 +41,8 @@ INGEST_TABLES = ("runs", "log_lines", "step_metrics")
                        description="Lines in equal lines out for every run."),
         AssetCheckSpec("steps_contiguous", asset="step_metrics",
                        description="Steps have no gaps within a resume segment."),
+        *[AssetCheckSpec("matches_contract", asset=t, blocking=True,
+                         description="Has every column of the design contract.") for t in INGEST_TABLES],
     ],
     partitions_def=run_partitions,
     backfill_policy=BackfillPolicy.single_run(),
@@ -42,13 +54,20 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
     entries = {e.run_id: e for e in archive.discover().entries}
     totals = {"lines": 0, "steps": 0, "bytes": 0, "parse_failures": 0}
     problems: dict[str, list[str]] = {}
+    per_run: list[tuple] = []
     for run_id in run_ids:
         entry = entries.get(run_id)
         if entry is None:
             problems[run_id] = [f"run {run_id} is no longer in the archive {archive.root}"]
             context.log.warning(problems[run_id][0])
             continue
-        result = ingest_run(entry, warehouse.root)
+        try:
+            result = ingest_run(entry, warehouse.root)
+        except Exception as exc:  # one run's failure (a full disk, a bug) must not stop the others
+            problems[run_id] = [f"ingest failed: {type(exc).__name__}: {exc}"]
+            context.log.error(f"{run_id}: {problems[run_id][0]}")
+            continue
+        per_run.append((run_id, result.n_lines, result.n_steps, result.n_bytes, len(result.problems)))
         totals["lines"] += result.n_lines
         totals["steps"] += result.n_steps
         totals["bytes"] += result.n_bytes
@@ -65,17 +84,24 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
         "parse_failures": totals["parse_failures"],
         "runs_with_problems": len(problems),
         "problems": MetadataValue.json(problems),
+        "preview": MetadataValue.md(_preview(per_run)),
         "path": MetadataValue.path(str(warehouse.root)),
     }
     for table in INGEST_TABLES:
         yield MaterializeResult(asset_key=table, metadata=meta)
-    bad_lines = lines_conserved(warehouse.root, run_ids)
+    # runs whose ingest failed are reported above; checking them too would block the whole batch
+    ingested = [r[0] for r in per_run]
+    bad_lines = lines_conserved(warehouse.root, ingested)
     yield AssetCheckResult(
         check_name="lines_conserved", asset_key="log_lines", passed=not bad_lines,
         metadata={"runs_losing_lines": MetadataValue.json(bad_lines)},
     )
-    gaps = steps_contiguous(warehouse.root, run_ids)
+    gaps = steps_contiguous(warehouse.root, ingested)
     yield AssetCheckResult(
         check_name="steps_contiguous", asset_key="step_metrics", passed=not gaps,
         severity=AssetCheckSeverity.WARN, metadata={"gaps": MetadataValue.json(gaps)},
     )
+    for table in INGEST_TABLES:
+        missing = contract_violations(warehouse.root, table, ingested)
+        yield AssetCheckResult(check_name="matches_contract", asset_key=table, passed=not missing,
+                               metadata={"missing_columns": MetadataValue.json(missing)})

@@ -15,6 +15,14 @@ from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
 from pipeline.report.batch import render_run_reports
 from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 
+DAY_TAG = "verl-health/day"
+
+
+def report_day(context: AssetExecutionContext) -> dt.date:
+    """The day the fleet report is for: the nightly schedule's tick (in its timezone), else today."""
+    day = context.run.tags.get(DAY_TAG)
+    return dt.date.fromisoformat(day) if day else dt.date.today()
+
 
 @asset(
     deps=["run_summary", "step_phases", "step_health", "run_events", "config_findings", "step_anomalies",
@@ -40,9 +48,10 @@ def run_report(context: AssetExecutionContext, warehouse: WarehouseResource,
     deps=["run_summary", "step_anomalies", "fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines"],
     group_name="report",
 )
-def fleet_report(warehouse: WarehouseResource, reports: ReportsResource) -> MaterializeResult:
+def fleet_report(context: AssetExecutionContext, warehouse: WarehouseResource,
+                 reports: ReportsResource) -> MaterializeResult:
     """The fleet's morning page: runs needing attention, failures by class, phases by config, trends."""
-    path = render_fleet_report(warehouse.root, reports.root, dt.date.today())
+    path = render_fleet_report(warehouse.root, reports.root, report_day(context))
     return MaterializeResult(
         metadata={"path": MetadataValue.path(str(path)), "bytes": path.stat().st_size}
     )
@@ -60,7 +69,7 @@ def fleet_report_mail(context: AssetExecutionContext, reports: ReportsResource,
         report_path,
         sender=smtp.sender,
         recipients=smtp.recipients,
-        subject=f"verl-health fleet report {dt.date.today().isoformat()}",
+        subject=f"verl-health fleet report {report_day(context).isoformat()}",
     )
     send_mail(message, smtp.settings())
     return MaterializeResult(

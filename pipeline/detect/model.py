@@ -378,6 +378,7 @@ def fit_anomaly_model(warehouse: str | Path, config: AnomalyModelConfig | None =
         "model_version": MODEL_VERSION,
         "fingerprint": hashlib.sha256(path.read_bytes()).hexdigest()[:16],
         "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "fitted_at_unix": round(time.time(), 3),
         "fit_seconds": round(time.time() - started, 2),
         "sklearn_version": sklearn.__version__,
         "settings": asdict(config),

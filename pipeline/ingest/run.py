@@ -86,6 +86,7 @@ RUNS_SCHEMA = pa.schema(
         ("n_files", pa.int64()),
         ("n_lines", pa.int64()),
         ("n_bytes", pa.int64()),
+        ("n_lines_read", pa.int64()),
         ("n_undecodable_lines", pa.int64()),
         ("n_step_lines", pa.int64()),
         ("n_steps", pa.int64()),
@@ -160,6 +161,7 @@ class RunTotals:
     n_files: int = 0
     n_lines: int = 0
     n_bytes: int = 0
+    n_raw_lines: int = 0  # newlines counted in the raw bytes: what `lines_conserved` checks against
     n_undecodable: int = 0
     n_step_lines: int = 0
     n_failures: int = 0
@@ -185,7 +187,7 @@ class BlockResult:
     n_nul: int
 
 
-def _stage_a(raw: bytes, file: str, limits: IngestLimits) -> BlockResult:
+def _stage_a(raw: bytes, limits: IngestLimits) -> BlockResult:
     lines = decode_block(raw, limits.max_line_bytes)
     rows = StepRows()
     try:
@@ -200,9 +202,16 @@ def _stage_a(raw: bytes, file: str, limits: IngestLimits) -> BlockResult:
 
 
 def _counted(chunks: Iterator[bytes], totals: RunTotals) -> Iterator[bytes]:
+    """Pass the chunks on, counting bytes and, independently of the line splitter, lines."""
+    last = b"\n"
     for chunk in chunks:
-        totals.n_bytes += len(chunk)
+        if chunk:
+            totals.n_bytes += len(chunk)
+            totals.n_raw_lines += chunk.count(b"\n")
+            last = chunk[-1:]
         yield chunk
+    if last != b"\n":
+        totals.n_raw_lines += 1
 
 
 class _RunIngest:
@@ -244,7 +253,7 @@ class _RunIngest:
         self.n_truncated = 0
         crlf = False
         for raw in iter_raw_blocks(_counted(chunks, self.totals), name, self.limits, self.problems):
-            pending.append(pool.submit(_stage_a, raw, name, self.limits))
+            pending.append(pool.submit(_stage_a, raw, self.limits))
             while len(pending) > 1:
                 res = pending.popleft().result()
                 n_nul, n_bad = self._stage_b(res, line_no, state, name, n_nul, n_bad)
@@ -495,14 +504,14 @@ class _RunIngest:
             swap_into_place(self.raw_path.parent, final)
             return final, len(self.steps), self.n_raw_rows + memory.num_rows
         self.raw_writer.close()
-        con = duckdb.connect()
+        con = duckdb.connect(config={
+            "memory_limit": "256MB", "threads": 2, "preserve_insertion_order": True,
+            "temp_directory": str(self.raw_path.parent.parent),
+        })
+        con.execute("set enable_progress_bar=false")
         counted = [0]
 
         def batches() -> Iterator[pa.RecordBatch]:
-            con.execute(
-                "set memory_limit='256MB'; set threads=2; set preserve_insertion_order=true;"
-                f"set enable_progress_bar=false; set temp_directory='{self.raw_path.parent.parent}'"
-            )
             source = con.sql(RECONCILE_SQL, params={"path": str(self.raw_path)}).to_arrow_reader(65536)
             for batch in itertools.chain(source, memory.to_batches()):
                 counted[0] += batch.num_rows
@@ -571,6 +580,7 @@ def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | No
             "n_files": t.n_files,
             "n_lines": t.n_lines,
             "n_bytes": t.n_bytes,
+            "n_lines_read": t.n_raw_lines,
             "n_undecodable_lines": t.n_undecodable,
             "n_step_lines": t.n_step_lines,
             "n_steps": n_steps,

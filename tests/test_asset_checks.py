@@ -1,0 +1,81 @@
+"""Asset checks through Dagster: they pass on good data, fail on broken data, and one bad run stops no other."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+from dagster import DagsterInstance, materialize
+from operate_support import write_run
+
+from pipeline.assets import ingest as ingest_assets
+from pipeline.definitions import build_definitions
+from pipeline.lake import connect, run_partition_dir
+from pipeline.partitions import RUN_PARTITIONS_NAME
+from pipeline.quality import contract_violations, lines_conserved
+
+INGEST_AND_DERIVE = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events",
+                     "run_summary", "config_findings"]
+
+
+def _materialize(tmp_path, run_ids, selection):
+    defs = build_definitions(tmp_path / "archive", tmp_path / "wh", tmp_path / "reports", quiet_period_s=0)
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, run_ids)
+    tags = ({"dagster/asset_partition_range_start": run_ids[0], "dagster/asset_partition_range_end": run_ids[-1]}
+            if len(run_ids) > 1 else {"dagster/partition": run_ids[0]})
+    return materialize(list(defs.assets), instance=instance, resources=defs.resources, selection=selection,
+                       tags=tags, raise_on_error=False)
+
+
+def _checks(result) -> dict[tuple[str, str], bool]:
+    return {(e.asset_key.to_user_string(), e.check_name): e.passed for e in result.get_asset_check_evaluations()}
+
+
+def test_checks_pass_on_good_runs(tmp_path):
+    for rid in ("run-a", "run-b"):
+        write_run(tmp_path / "archive", rid, steps=5)
+    result = _materialize(tmp_path, ["run-a", "run-b"], INGEST_AND_DERIVE)
+    assert result.success
+    checks = _checks(result)
+    assert checks[("log_lines", "lines_conserved")] and checks[("step_metrics", "steps_contiguous")]
+    for table in INGEST_AND_DERIVE:
+        assert checks[(table, "matches_contract")], table
+    assert checks[("step_phases", "phase_sums_consistent")]
+
+
+def test_lines_conserved_fails_when_a_partition_loses_lines(tmp_path):
+    write_run(tmp_path / "archive", "run-a", steps=5)
+    assert _materialize(tmp_path, ["run-a"], ["runs", "log_lines", "step_metrics"]).success
+    wh = tmp_path / "wh"
+    [part] = run_partition_dir(wh, "log_lines", "run-a").glob("*.parquet")
+    table = pq.read_table(part)
+    pq.write_table(table.slice(0, table.num_rows - 2), part)
+    assert lines_conserved(wh, ["run-a"]) == {"run-a": {"read": 5, "kept": 3}}
+
+
+def test_contract_check_names_the_missing_column(tmp_path):
+    write_run(tmp_path / "archive", "run-a", steps=3)
+    assert _materialize(tmp_path, ["run-a"], ["runs", "log_lines", "step_metrics"]).success
+    wh = tmp_path / "wh"
+    [part] = run_partition_dir(wh, "step_metrics", "run-a").glob("*.parquet")
+    pq.write_table(pq.read_table(part).drop_columns(["source"]), part)
+    assert contract_violations(wh, "step_metrics", ["run-a"]) == ["source"]
+
+
+def test_a_run_whose_ingest_fails_stops_no_other(tmp_path, monkeypatch):
+    for rid in ("run-a", "run-b", "run-c"):
+        write_run(tmp_path / "archive", rid, steps=4)
+    real_ingest = ingest_assets.ingest_run
+
+    def failing_for_run_b(entry, warehouse):
+        if entry.run_id == "run-b":
+            raise OSError(28, "No space left on device")
+        return real_ingest(entry, warehouse)
+
+    monkeypatch.setattr(ingest_assets, "ingest_run", failing_for_run_b)
+    result = _materialize(tmp_path, ["run-a", "run-b", "run-c"], INGEST_AND_DERIVE)
+    assert result.success
+    ingest = next(m for m in result.get_asset_materialization_events() if m.asset_key.to_user_string() == "runs")
+    problems = ingest.materialization.metadata["problems"].value
+    assert list(problems) == ["run-b"] and "ingest failed" in problems["run-b"][0]
+    summary = dict(connect(tmp_path / "wh").execute("select run_id, last_step from run_summary").fetchall())
+    assert summary == {"run-a": 4, "run-c": 4}
