@@ -12,6 +12,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from pipeline.incremental import split_changed
 from pipeline.lake import connect, refresh_catalog
+from pipeline.quality import model_age_days, model_refit_due
 
 RUN_DERIVED = ("step_phases", "step_health", "run_events", "run_summary", "config_findings")
 FLEET_DERIVED = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
@@ -96,11 +97,14 @@ def analyze_archive(
     quiet_period_s: int = 0,
     mail: bool = False,
     force: bool = False,
+    refit: bool = False,
 ) -> ArchiveOutcome:
     """Materialise every asset in-process for every finished run in `archive`.
 
     Per-run assets run as one Dagster run over the whole partition range (single-run backfill
-    policy), so a thousand runs cost four Dagster runs, not thousands.
+    policy), so a thousand runs cost four Dagster runs, not thousands. New runs are scored with the
+    stored anomaly model; it is fitted on the fleet when there is none, when it is older than
+    VERL_HEALTH_REFIT_DAYS (as the nightly schedule does), or with `refit`.
     """
     from pipeline.definitions import build_definitions
 
@@ -132,7 +136,8 @@ def analyze_archive(
     if ordered:
         tags = _range_tags(ordered) if len(ordered) > 1 else {"dagster/partition": ordered[0]}
         _run(["runs", "log_lines", "step_metrics", *RUN_DERIVED], tags)
-        _run([*FLEET_DERIVED, "anomaly_model"])
+        fit = refit or model_refit_due(model_age_days(warehouse))
+        _run([*FLEET_DERIVED, "anomaly_model"] if fit else list(FLEET_DERIVED))
         _run(["step_anomalies", "run_report"], tags)
     fleet_selection = ["fleet_report", "fleet_report_mail"] if mail else ["fleet_report"]
     _run(fleet_selection)

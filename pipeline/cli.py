@@ -34,7 +34,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return 2
     outcome = analyze_archive(
         archive, Path(args.warehouse), Path(args.reports), quiet_period_s=args.quiet_period, mail=args.mail,
-        force=args.force,
+        force=args.force, refit=args.refit,
     )
     _print_outcome(outcome, Path(args.reports))
     return 0
@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds a run must be unchanged to count as finished (default 0: all runs)")
     ana.add_argument("--mail", action="store_true", help="also mail the fleet report (VERL_HEALTH_SMTP_*)")
     ana.add_argument("--force", action="store_true", help="re-analyse runs that have not changed since the last time")
+    ana.add_argument("--refit", action="store_true",
+                     help="refit the anomaly model on the fleet even when the stored one is fresh")
     ana.set_defaults(func=cmd_analyze)
 
     demo = sub.add_parser("demo", help="simulate a small fleet and analyse it")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 from pipeline.lake import connect
+
+REFIT_AFTER_DAYS = float(os.environ.get("VERL_HEALTH_REFIT_DAYS", "7"))
 
 CONTRACT_COLUMNS = {
     "runs": {"run_id", "source_path", "n_files", "n_lines", "n_bytes"},
@@ -96,6 +99,11 @@ def contract_violations(warehouse: str | Path, table: str, run_ids: list[str] | 
         return [f"table {table} missing"]
     cols = {c for (c,) in con.execute(f"select column_name from (describe {table})").fetchall()}
     return sorted(CONTRACT_COLUMNS.get(table, set()) - cols)
+
+
+def model_refit_due(model_age: float | None, refit_after_days: float = REFIT_AFTER_DAYS) -> bool:
+    """True when the stored model is missing or at least `refit_after_days` old."""
+    return model_age is None or model_age >= refit_after_days
 
 
 def model_age_days(warehouse: str | Path) -> float | None:

@@ -8,18 +8,17 @@ from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext
 
 from pipeline.assets.report import DAY_TAG
 from pipeline.jobs import NIGHTLY_ASSETS, nightly_job
-from pipeline.quality import model_age_days
+from pipeline.quality import REFIT_AFTER_DAYS, model_age_days, model_refit_due
 from pipeline.resources import WarehouseResource
 
 NIGHTLY_CRON = os.environ.get("VERL_HEALTH_NIGHTLY_CRON", "0 2 * * *")
 NIGHTLY_TIMEZONE = os.environ.get("VERL_HEALTH_TIMEZONE", "UTC")
-REFIT_AFTER_DAYS = float(os.environ.get("VERL_HEALTH_REFIT_DAYS", "7"))
 
 
 def nightly_selection(model_age: float | None, refit_after_days: float = REFIT_AFTER_DAYS) -> list[str]:
     """Assets the nightly run materialises: the model only when it is missing or older than the limit."""
-    refit = model_age is None or model_age >= refit_after_days
-    return [*NIGHTLY_ASSETS, "anomaly_model"] if refit else list(NIGHTLY_ASSETS)
+    due = model_refit_due(model_age, refit_after_days)
+    return [*NIGHTLY_ASSETS, "anomaly_model"] if due else list(NIGHTLY_ASSETS)
 
 
 @schedule(

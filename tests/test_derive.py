@@ -226,3 +226,25 @@ def test_rederiving_one_run_replaces_only_its_partition(tmp_path):
     assert con.execute("select failure_class, last_step from run_summary where run_id = 'nosteps-e'").fetchone() == (
         "hang", 0)
     assert not list((tmp_path / "step_phases").glob(".staging-*"))
+
+
+def test_rollout_tp_and_n_as_the_engine_ran_them(tmp_path):
+    """The config asks tp=2, n=4 (RunBuilder's defaults); the engine's own lines say what it ran."""
+    engine = ("(WorkerDict pid=11) INFO:2026-03-26 21:59:06,589:Initializing a V1 LLM engine with config: "
+              "model='/models/Qwen2.5-7B', dtype=torch.bfloat16, max_seq_len=4096, tensor_parallel_size={tp}, "
+              "pipeline_parallel_size=1, data_parallel_size=1")
+    sampling = ("(WorkerDict pid=11) kwargs: {{'n': {n}, 'logprobs': 1, 'max_tokens': 256, 'detokenize': False, "
+                "'temperature': 1.0}}")
+    off, fine = RunBuilder("off-e"), RunBuilder("fine-f")
+    for b, tp, n in ((off, 1, 8), (fine, 2, 4)):
+        b.line(engine.format(tp=tp))
+        b.line(sampling.format(n=n))
+        b.step(1, timings())
+        b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["off-e", "fine-f"])
+    rows = connect(tmp_path).execute(
+        "select run_id, finding, message, evidence_line_no from config_findings "
+        "where finding in ('rollout_tp_mismatch', 'rollout_n_mismatch') order by finding").fetchall()
+    assert [(r[0], r[1], r[3]) for r in rows] == [("off-e", "rollout_n_mismatch", 2), ("off-e", "rollout_tp_mismatch", 1)]
+    assert "n=4" in rows[0][2] and "n=8" in rows[0][2]
+    assert "tensor_model_parallel_size=2" in rows[1][2] and "started with 1" in rows[1][2]

@@ -32,3 +32,32 @@ def test_unchanged_runs_are_skipped(tmp_path):
     assert sorted(third.run_ids) == sorted([grown, lost])
     assert (reports / "runs" / f"{lost}.html").is_file()
     assert analyze_archive(archive, warehouse, reports, force=True).run_ids == sorted(labels["runs"])
+
+
+def test_new_runs_are_scored_with_the_stored_model(tmp_path):
+    import json
+    import shutil
+
+    from pipeline.analysis import analyze_archive
+    from pipeline.lake import connect
+
+    labels = simulate(tmp_path / "sim", runs=3, seed=17)
+    archive, warehouse, reports = tmp_path / "archive", tmp_path / "warehouse", tmp_path / "reports"
+    archive.mkdir()
+    first, *later = sorted(labels["runs"].values(), key=lambda lab: lab["entry"])
+    shutil.move(tmp_path / "sim" / "archive" / first["entry"], archive / first["entry"])
+    analyze_archive(archive, warehouse, reports)
+    meta_path = warehouse / "models" / "anomaly_model.json"
+    fitted = json.loads(meta_path.read_text())
+    assert fitted["training"]["n_runs"] == 1
+
+    for lab in later:
+        shutil.move(tmp_path / "sim" / "archive" / lab["entry"], archive / lab["entry"])
+    second = analyze_archive(archive, warehouse, reports)
+    assert len(second.run_ids) == 2
+    assert json.loads(meta_path.read_text()) == fitted
+    scored = connect(warehouse).execute("select count(distinct run_id) from step_anomalies").fetchone()[0]
+    assert scored == 3
+
+    analyze_archive(archive, warehouse, reports, force=True, refit=True)
+    assert json.loads(meta_path.read_text())["training"]["n_runs"] == 3
