@@ -160,6 +160,16 @@ n = con.execute("select count(*) from read_csv($f, columns={'line': 'VARCHAR'}, 
                 "quote='', escape='', auto_detect=false, strict_mode=false)", {"f": files}).fetchone()[0]
 print(n)
 """
+# The floor of keeping every line: DuckDB reading the lines and writing them, alone, to zstd Parquet.
+DUCKDB_COPY = """
+import sys, duckdb
+out, files = sys.argv[1], sys.argv[2:]
+con = duckdb.connect()
+con.execute("create temp table lines as select line from read_csv($f, columns={'line': 'VARCHAR'}, header=false, "
+            "delim='\\x01', quote='', escape='', auto_detect=false, strict_mode=false)", {"f": files})
+con.execute("copy lines to '" + out.replace("'", "''") + "' (format parquet, compression zstd)")
+print(con.execute("select count(*) from lines").fetchone()[0])
+"""
 
 
 def _count_lines(path: str) -> int:
@@ -189,6 +199,9 @@ def run_scenario(
     rows = [_row("wc -l", wc, n_bytes, n_lines)]
     duck = measure([PY, "-c", DUCKDB, *files])
     rows.append(_row("DuckDB read_csv (lines)", duck, n_bytes, int(duck["out"].split()[-1])))
+    copy = measure([PY, "-c", DUCKDB_COPY, str(scratch / "lines.parquet"), *files])
+    rows.append(_row("DuckDB lines -> Parquet (zstd)", copy, n_bytes, int(copy["out"].split()[-1])))
+    (scratch / "lines.parquet").unlink(missing_ok=True)
     wh = scratch / f"wh-{title.split()[0]}"
     shutil.rmtree(wh, ignore_errors=True)
     ours = measure([PY, "-c", OURS, str(archive), str(wh), *runs])
@@ -208,13 +221,15 @@ def run_scenario(
         print(
             f"| {r['tool']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['mb_s']:.0f} | {r['lines_s']:,.0f} | {r['rss_mb']:.0f} |"
         )
-    ours_row = rows[2]
+    ours_row = rows[3]
     print(
-        f"\nDuckDB read_csv is {ours_row['wall_s'] / rows[1]['wall_s']:.1f}x faster than our ingest (target: <= 3x)."
+        f"\nDuckDB read_csv is {ours_row['wall_s'] / rows[1]['wall_s']:.1f}x faster than our ingest (target: <= 3x); "
+        f"DuckDB writing the bare lines to Parquet is {ours_row['wall_s'] / rows[2]['wall_s']:.1f}x faster."
     )
+    print(f"Peak RSS of our ingest: {ours_row['rss_mb']:.0f} MB (target: < 1024 MB for the 1 GB run).")
     if baseline_runs:
         print(
-            f"Our ingest is {ours_row['mb_s'] / rows[3]['mb_s']:.1f}x the hand-written baseline's MB/s (target: >= 10x)."
+            f"Our ingest is {ours_row['mb_s'] / rows[4]['mb_s']:.1f}x the hand-written baseline's MB/s (target: >= 10x)."
         )
     return rows
 

@@ -7,8 +7,9 @@ as hive partitions; fleet tables are recomputed whole. No value is ever formatte
 from __future__ import annotations
 
 import shutil
+import tomllib
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import duckdb
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 from pipeline import lake
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+THRESHOLDS_FILE = Path(__file__).resolve().parent / "knowledge" / "derive_thresholds.toml"
 
 # In dependency order: run_summary reads step_phases, step_health and run_events.
 RUN_TABLES = ("step_phases", "step_health", "run_events", "run_summary", "config_findings")
@@ -55,6 +57,21 @@ _EMPTY_SHAPES = {
 }
 
 
+def default_thresholds() -> dict[str, dict[str, float]]:
+    """The thresholds each SQL file binds as `$thresholds`, by table (from derive_thresholds.toml)."""
+    with THRESHOLDS_FILE.open("rb") as fh:
+        return tomllib.load(fh)
+
+
+def _params(name: str, run_ids: list[str], thresholds: Mapping[str, Mapping[str, float]] | None) -> dict:
+    """The bound parameters of `sql/<name>.sql`: the run ids, and its thresholds if it has any."""
+    params: dict = {"run_ids": run_ids}
+    defaults = default_thresholds().get(name)
+    if defaults is not None:
+        params["thresholds"] = {**defaults, **((thresholds or {}).get(name) or {})}
+    return params
+
+
 def sql_text(name: str) -> str:
     """The text of `sql/<name>.sql`, read now so an edited file takes effect on the next run."""
     return (SQL_DIR / f"{name}.sql").read_text()
@@ -79,7 +96,13 @@ def _refresh_view(con: duckdb.DuckDBPyConnection, warehouse: str | Path, table: 
         con.execute(f"create or replace temp view {table} as select * from {src}")
 
 
-def _run_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str, run_ids: list[str]) -> int:
+def _run_table(
+    con: duckdb.DuckDBPyConnection,
+    warehouse: str | Path,
+    name: str,
+    run_ids: list[str],
+    thresholds: Mapping[str, Mapping[str, float]] | None = None,
+) -> int:
     """Replace the partitions of `run_ids` with the query's rows; a run without rows gets an empty partition.
 
     DuckDB writes every run's partition in one pass into a staging folder; each is then renamed into
@@ -89,7 +112,7 @@ def _run_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str,
     staging = lake.table_dir(warehouse, name) / f".staging-{uuid.uuid4().hex}"
     staging.parent.mkdir(parents=True, exist_ok=True)
     try:
-        rel = con.sql(sql_text(name), params={"run_ids": run_ids})
+        rel = con.sql(sql_text(name), params=_params(name, run_ids, thresholds))
         rel.write_parquet(str(staging), partition_by=["run_id"], compression="zstd",
                           filename_pattern="part-{i}")
         files = {p.parent.name.split("=", 1)[1]: p for p in staging.glob("run_id=*/*.parquet")}
@@ -112,24 +135,36 @@ def _run_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str,
     return rows
 
 
-def derive_run_table(warehouse: str | Path, name: str, run_ids: Iterable[str]) -> int:
-    """Derive one per-run table for `run_ids` (replacing their partitions); returns the rows written."""
+def derive_run_table(
+    warehouse: str | Path,
+    name: str,
+    run_ids: Iterable[str],
+    thresholds: Mapping[str, Mapping[str, float]] | None = None,
+) -> int:
+    """Derive one per-run table for `run_ids` (replacing their partitions); returns the rows written.
+
+    `thresholds` overrides some of derive_thresholds.toml, by table and key.
+    """
     if name not in RUN_TABLES:
         raise ValueError(f"{name} is not a per-run derived table ({', '.join(RUN_TABLES)})")
     run_ids = list(run_ids)
     con = _connect(warehouse, [name])
     try:
-        return _run_table(con, warehouse, name, run_ids)
+        return _run_table(con, warehouse, name, run_ids, thresholds)
     finally:
         con.close()
 
 
-def derive_run_tables(warehouse: str | Path, run_ids: Iterable[str]) -> dict[str, int]:
+def derive_run_tables(
+    warehouse: str | Path,
+    run_ids: Iterable[str],
+    thresholds: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, int]:
     """Derive every per-run table for `run_ids` in dependency order; returns rows written per table."""
     run_ids = list(run_ids)
     con = _connect(warehouse, RUN_TABLES)
     try:
-        counts = {name: _run_table(con, warehouse, name, run_ids) for name in RUN_TABLES}
+        counts = {name: _run_table(con, warehouse, name, run_ids, thresholds) for name in RUN_TABLES}
     finally:
         con.close()
     lake.refresh_catalog(warehouse)

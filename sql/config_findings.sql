@@ -1,14 +1,7 @@
 -- Configuration problems the seed articles check by hand, one row per finding with its evidence line.
--- Bound parameters: $run_ids VARCHAR[].
+-- Bound parameters: $run_ids VARCHAR[], $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
 with params as (
-    select
-        0.75 as safe_gpu_memory_utilization,  -- articles: keep rollout gpu_memory_utilization at 0.7-0.8
-        0.5 as imbalance_gb,                  -- articles: workers' memory should agree within 0.5 GB ...
-        0.10 as imbalance_ratio,              -- ... we also require a 10% spread so tiny models stay quiet
-        0.2 as kl_out_of_control,             -- articles: KL > 0.2 means the policy is running away
-        0.3 as clipfrac_high,                 -- articles: healthy PPO clip fraction stays below 0.3
-        0.95 as mem_fraction_oom_risk,        -- articles: > 95% of device memory risks OOM
-        0.3 as clip_ratio_wide                -- articles: PPO cliprange 0.1-0.2
+    select unnest($thresholds)
 ),
 run as (
     select *, coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1) as n_gpus

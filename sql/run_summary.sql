@@ -1,6 +1,6 @@
 -- One row per run: how it ended (failure_class, root-cause line, phase), how far it got, where its
 -- time went, and its config facts. Reads the lake and the derived step_phases and run_events.
--- Bound parameters: $run_ids VARCHAR[].
+-- Bound parameters: $run_ids VARCHAR[], $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
 with failure_map(event_class, failure_class, tier, rank) as (
     -- which event classes can end a run, as what failure class. The lowest tier present wins; within
     -- a tier the earliest line wins (the first line of the causal chain). `rank` picks the root-cause
@@ -22,8 +22,7 @@ with failure_map(event_class, failure_class, tier, rank) as (
         ('hydra_wrapper', 'unknown', 6, 3)
 ),
 params as (
-    -- steps after the last step line whose errors still belong to the ending (lines flushed late)
-    select 2 as flush_slack_steps
+    select unnest($thresholds)
 ),
 run as (
     select * from runs where list_contains($run_ids, run_id)

@@ -97,6 +97,24 @@ def test_sql_files_exist_and_bind_run_ids():
         assert "group by all" in text or "group by" not in text
 
 
+def test_thresholds_are_bound_not_written_into_the_sql(tmp_path):
+    for name, values in derive.default_thresholds().items():
+        text = derive.sql_text(name)
+        assert "$thresholds" in text
+        for key in values:
+            assert key in text, (name, key)
+    b = oom_run()
+    b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["oom-a"])
+
+    def found() -> set[str]:
+        return {f for (f,) in connect(tmp_path).execute("select finding from config_findings").fetchall()}
+
+    assert "gpu_memory_utilization_high_with_oom" in found()
+    derive.derive_run_tables(tmp_path, ["oom-a"], {"config_findings": {"safe_gpu_memory_utilization": 0.95}})
+    assert "gpu_memory_utilization_high_with_oom" not in found()
+
+
 def test_counts_and_catalog(warehouse):
     wh, builders, counts, fleet = warehouse
     assert counts["step_phases"] == 3 + 4 + 2 + 6
