@@ -25,18 +25,45 @@ def _print_outcome(outcome, reports: Path) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    """Materialise every asset in-process for every run in the archive."""
+    """Materialise every asset in-process for every run in the archive, or for the one run of `--run`."""
+    from pipeline import objectstore
     from pipeline.analysis import analyze_archive
 
+    if args.run:
+        return _analyze_one(args)
+    if args.archive is None:
+        print("error: name the archive to analyse (or one run with --run)", file=sys.stderr)
+        return 2
+    options = {"mail": args.mail, "force": args.force, "refit": args.refit}
+    if objectstore.is_url(args.archive) or objectstore.is_url(args.warehouse):
+        outcome, published = objectstore.analyze_with_object_store(
+            args.archive, args.warehouse, Path(args.reports), quiet_period_s=args.quiet_period, **options)
+        _print_outcome(outcome, Path(args.reports))
+        if published is not None:
+            print(f"warehouse published to {args.warehouse} ({published})")
+        return 0
     archive = Path(args.archive)
     if not archive.is_dir():
         print(f"error: archive {archive} is not a folder", file=sys.stderr)
         return 2
-    outcome = analyze_archive(
-        archive, Path(args.warehouse), Path(args.reports), quiet_period_s=args.quiet_period, mail=args.mail,
-        force=args.force, refit=args.refit,
-    )
+    outcome = analyze_archive(archive, Path(args.warehouse), Path(args.reports), quiet_period_s=args.quiet_period,
+                              **options)
     _print_outcome(outcome, Path(args.reports))
+    return 0
+
+
+def _analyze_one(args: argparse.Namespace) -> int:
+    """`analyze --run`: one finished run, by path or by run_id under the archive (what a launcher calls)."""
+    from pipeline.analysis import analyze_entry, resolve_entry
+
+    try:
+        entry = resolve_entry(args.run, args.archive or ".", quiet_period_s=args.quiet_period)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    outcome = analyze_entry(entry, Path(args.warehouse), Path(args.reports))
+    print(f"{outcome.run_id}: {outcome.verdict}")
+    print(f"run report:   {outcome.report_path}")
     return 0
 
 
@@ -67,8 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=run_simulate)
 
     ana = sub.add_parser("analyze", help="analyse every run of an archive in-process")
-    ana.add_argument("archive", help="archive root: one folder, .tar.gz, .zip or .gz per run")
-    ana.add_argument("--warehouse", default="data/warehouse", help="warehouse folder (default data/warehouse)")
+    ana.add_argument("archive", nargs="?",
+                     help="archive root (a folder or an s3:// URL): one folder, .tar.gz, .zip or .gz per run")
+    ana.add_argument("--run", help="analyse only this finished run: its path, or its run_id under the archive")
+    ana.add_argument("--warehouse", default="data/warehouse",
+                     help="warehouse folder or s3:// URL to publish to (default data/warehouse)")
     ana.add_argument("--reports", default="reports", help="reports folder (default reports)")
     ana.add_argument("--quiet-period", type=int, default=0,
                      help="seconds a run must be unchanged to count as finished (default 0: all runs)")

@@ -42,3 +42,23 @@ def test_analyze_refuses_a_missing_archive(tmp_path):
     proc = subprocess.run([str(VERL_HEALTH), "analyze", str(tmp_path / "nope")], capture_output=True, text=True,
                           check=False, cwd=tmp_path)
     assert proc.returncode == 2 and "is not a folder" in proc.stderr
+
+
+def test_analyze_one_finished_run(tmp_path):
+    subprocess.run([str(VERL_HEALTH), "simulate", "sim", "--runs", "2", "--seed", "8"], cwd=tmp_path, check=True,
+                   capture_output=True)
+    labels = json.loads((tmp_path / "sim" / "labels.json").read_text())
+    run_id, lab = sorted(labels["runs"].items())[0]
+    proc = subprocess.run(
+        [str(VERL_HEALTH), "analyze", "--run", str(tmp_path / "sim" / "archive" / lab["entry"]),
+         "--warehouse", "wh", "--reports", "rep"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"{run_id}: {lab['failure_class']} at step {lab['last_step']}")
+    assert (tmp_path / "rep" / "runs" / f"{run_id}.html").is_file()
+    assert not (tmp_path / "rep" / "runs" / f"{sorted(labels['runs'])[1]}.html").exists()
+
+    missing = subprocess.run([str(VERL_HEALTH), "analyze", "sim/archive", "--run", "no-such-run"], cwd=tmp_path,
+                             capture_output=True, text=True, check=False)
+    assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr

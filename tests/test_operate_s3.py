@@ -110,3 +110,53 @@ def test_analyze_an_archive_in_a_bucket(s3, tmp_path):
     for rid in labels["runs"]:
         assert (tmp_path / "reports" / "runs" / f"{rid}.html").is_file()
     assert os.environ["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+
+
+def test_dagster_resources_read_and_publish_s3_urls(s3, tmp_path):
+    from dagster import DagsterInstance, materialize
+
+    from pipeline.definitions import build_definitions
+    from pipeline.partitions import RUN_PARTITIONS_NAME
+
+    labels = simulate(tmp_path / "sim", runs=2, seed=12)
+    _upload_tree(s3, tmp_path / "sim" / "archive", "archive-bkt/nightly")
+    defs = build_definitions("s3://archive-bkt/nightly", "s3://lake-bkt/nightly-wh", tmp_path / "reports",
+                             quiet_period_s=0)
+    resources = {**defs.resources}
+    resources["archive"] = resources["archive"].model_copy(update={"cache_dir": str(tmp_path / "mirror")})
+    resources["warehouse"] = resources["warehouse"].model_copy(update={"cache_dir": str(tmp_path / "build")})
+    run_ids = sorted(labels["runs"])
+    assert sorted(e.run_id for e in resources["archive"].discover().entries) == run_ids
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, run_ids)
+    for rid in run_ids:
+        assert materialize(list(defs.assets), instance=instance, resources=resources, partition_key=rid,
+                           selection=["runs", "log_lines", "step_metrics", "step_phases", "step_health",
+                                      "run_events", "run_summary"]).success
+    result = materialize(list(defs.assets), instance=instance, resources=resources,
+                         selection=["published_warehouse"])
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    assert event.materialization.metadata["published"].value is True
+    summary = dict(connect_remote("s3://lake-bkt/nightly-wh").execute(
+        "select run_id, failure_class from run_summary").fetchall())
+    assert summary == {rid: labels["runs"][rid]["failure_class"] for rid in run_ids}
+
+
+def test_analyze_command_takes_s3_urls(s3, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    labels = simulate(tmp_path / "sim", runs=2, seed=14)
+    _upload_tree(s3, tmp_path / "sim" / "archive", "archive-bkt/cli")
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "verl-health"), "analyze", "s3://archive-bkt/cli",
+         "--warehouse", "s3://lake-bkt/cli-wh", "--reports", str(tmp_path / "reports")],
+        env={**os.environ, "VERL_HEALTH_CACHE": str(tmp_path / "cache")}, capture_output=True, text=True,
+        check=False, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "warehouse published to s3://lake-bkt/cli-wh" in proc.stdout
+    runs = {r for (r,) in connect_remote("s3://lake-bkt/cli-wh").execute("select run_id from runs").fetchall()}
+    assert runs == set(labels["runs"])
