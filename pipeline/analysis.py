@@ -10,7 +10,7 @@ from pathlib import Path
 from dagster import DagsterInstance, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from pipeline.incremental import split_changed
+from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.lake import connect, refresh_catalog
 from pipeline.quality import model_age_days, model_refit_due
 
@@ -135,7 +135,8 @@ def analyze_archive(
 
     if ordered:
         tags = _range_tags(ordered) if len(ordered) > 1 else {"dagster/partition": ordered[0]}
-        _run(["runs", "log_lines", "step_metrics", *RUN_DERIVED], tags)
+        ingest_tags = {**tags, REINGEST_TAG: "true"} if force else tags
+        _run(["runs", "log_lines", "step_metrics", *RUN_DERIVED], ingest_tags)
         fit = refit or model_refit_due(model_age_days(warehouse))
         _run([*FLEET_DERIVED, "anomaly_model"] if fit else list(FLEET_DERIVED))
         _run(["step_anomalies", "run_report"], tags)

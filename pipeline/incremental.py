@@ -10,6 +10,9 @@ from pipeline.lake import run_partition_dir
 
 # Per-run outputs that must exist for a run to count as analysed.
 FINAL_TABLES = ("runs", "run_summary", "step_anomalies")
+INGEST_TABLES = ("runs", "log_lines", "step_metrics")
+# A Dagster run tag: ingest every requested run again, even one whose archive entry has not changed.
+REINGEST_TAG = "verl-health/reingest"
 MTIME_TOLERANCE_S = 1e-3
 
 
@@ -26,12 +29,19 @@ def recorded_source(warehouse: str | Path, run_id: str) -> tuple[str, float | No
     return row[0]["source_path"], mtime.timestamp() if mtime is not None else None
 
 
-def is_unchanged(entry, warehouse: str | Path, reports: str | Path) -> bool:
-    """True when `entry` is the same file set as at its last ingest and every per-run output exists."""
+def ingest_is_current(entry, warehouse: str | Path) -> bool:
+    """True when the lake holds `entry` as it is now: same path and mtime, every ingest table written."""
     recorded = recorded_source(warehouse, entry.run_id)
     if recorded is None or recorded[0] != str(entry.path) or recorded[1] is None:
         return False
     if abs(recorded[1] - entry.mtime) > MTIME_TOLERANCE_S:
+        return False
+    return all(run_partition_dir(warehouse, t, entry.run_id).is_dir() for t in INGEST_TABLES)
+
+
+def is_unchanged(entry, warehouse: str | Path, reports: str | Path) -> bool:
+    """True when `entry` is the same file set as at its last ingest and every per-run output exists."""
+    if not ingest_is_current(entry, warehouse):
         return False
     outputs = [run_partition_dir(warehouse, t, entry.run_id) for t in FINAL_TABLES]
     report = Path(reports) / "runs" / f"{entry.run_id}.html"

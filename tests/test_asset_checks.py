@@ -8,6 +8,7 @@ from operate_support import write_run
 
 from pipeline.assets import ingest as ingest_assets
 from pipeline.definitions import build_definitions
+from pipeline.incremental import REINGEST_TAG
 from pipeline.lake import connect, run_partition_dir
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.quality import contract_violations, lines_conserved
@@ -16,14 +17,14 @@ INGEST_AND_DERIVE = ["runs", "log_lines", "step_metrics", "step_phases", "step_h
                      "run_summary", "config_findings"]
 
 
-def _materialize(tmp_path, run_ids, selection):
+def _materialize(tmp_path, run_ids, selection, **extra_tags):
     defs = build_definitions(tmp_path / "archive", tmp_path / "wh", tmp_path / "reports", quiet_period_s=0)
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, run_ids)
     tags = ({"dagster/asset_partition_range_start": run_ids[0], "dagster/asset_partition_range_end": run_ids[-1]}
             if len(run_ids) > 1 else {"dagster/partition": run_ids[0]})
     return materialize(list(defs.assets), instance=instance, resources=defs.resources, selection=selection,
-                       tags=tags, raise_on_error=False)
+                       tags={**tags, **extra_tags}, raise_on_error=False)
 
 
 def _checks(result) -> dict[tuple[str, str], bool]:
@@ -79,3 +80,22 @@ def test_a_run_whose_ingest_fails_stops_no_other(tmp_path, monkeypatch):
     assert list(problems) == ["run-b"] and "ingest failed" in problems["run-b"][0]
     summary = dict(connect(tmp_path / "wh").execute("select run_id, last_step from run_summary").fetchall())
     assert summary == {"run-a": 4, "run-c": 4}
+
+
+def test_unchanged_runs_are_not_ingested_again(tmp_path):
+    write_run(tmp_path / "archive", "run-a", steps=3)
+    ingest = ["runs", "log_lines", "step_metrics"]
+
+    def skipped(result) -> int:
+        event = next(m for m in result.get_asset_materialization_events() if m.asset_key.to_user_string() == "runs")
+        return event.materialization.metadata["unchanged_runs_skipped"].value
+
+    assert skipped(_materialize(tmp_path, ["run-a"], ingest)) == 0
+    [part] = run_partition_dir(tmp_path / "wh", "log_lines", "run-a").glob("*.parquet")
+    written = part.stat().st_mtime_ns
+    assert skipped(_materialize(tmp_path, ["run-a"], ingest)) == 1
+    assert part.stat().st_mtime_ns == written
+    assert skipped(_materialize(tmp_path, ["run-a"], ingest, **{REINGEST_TAG: "true"})) == 0
+    write_run(tmp_path / "archive", "run-a", steps=4)
+    assert skipped(_materialize(tmp_path, ["run-a"], ingest)) == 0
+    assert connect(tmp_path / "wh").execute("select max(step) from step_metrics").fetchone()[0] == 4

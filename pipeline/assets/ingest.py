@@ -12,6 +12,7 @@ from dagster import (
     multi_asset,
 )
 
+from pipeline.incremental import REINGEST_TAG, ingest_is_current
 from pipeline.ingest import ingest_run
 from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, lines_conserved, steps_contiguous
@@ -49,17 +50,27 @@ def _preview(per_run: list[tuple]) -> str:
     group_name="ingest",
 )
 def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, warehouse: WarehouseResource):
-    """Stream each run's logs from the archive into the Parquet lake (one partition per run)."""
+    """Stream each run's logs from the archive into the Parquet lake (one partition per run).
+
+    A run whose archive entry is unchanged since its last ingest is skipped (a sensor re-request
+    after a launch, a restarted backfill), unless the Dagster run carries the tag
+    `verl-health/reingest=true`.
+    """
     run_ids = list(context.partition_keys)
     entries = {e.run_id: e for e in archive.discover().entries}
     totals = {"lines": 0, "steps": 0, "bytes": 0, "parse_failures": 0}
     problems: dict[str, list[str]] = {}
     per_run: list[tuple] = []
+    unchanged: list[str] = []
+    reingest = context.run.tags.get(REINGEST_TAG, "").lower() == "true"
     for run_id in run_ids:
         entry = entries.get(run_id)
         if entry is None:
             problems[run_id] = [f"run {run_id} is no longer in the archive {archive.root}"]
             context.log.warning(problems[run_id][0])
+            continue
+        if not reingest and ingest_is_current(entry, warehouse.root):
+            unchanged.append(run_id)
             continue
         try:
             result = ingest_run(entry, warehouse.root)
@@ -83,6 +94,7 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
         "bytes": totals["bytes"],
         "parse_failures": totals["parse_failures"],
         "runs_with_problems": len(problems),
+        "unchanged_runs_skipped": len(unchanged),
         "problems": MetadataValue.json(problems),
         "preview": MetadataValue.md(_preview(per_run)),
         "path": MetadataValue.path(str(warehouse.root)),
@@ -90,7 +102,7 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
     for table in INGEST_TABLES:
         yield MaterializeResult(asset_key=table, metadata=meta)
     # runs whose ingest failed are reported above; checking them too would block the whole batch
-    ingested = [r[0] for r in per_run]
+    ingested = [r[0] for r in per_run] + unchanged
     bad_lines = lines_conserved(warehouse.root, ingested)
     yield AssetCheckResult(
         check_name="lines_conserved", asset_key="log_lines", passed=not bad_lines,
