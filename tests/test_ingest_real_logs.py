@@ -6,6 +6,7 @@ line without `\\n`); a step line is `step:N - ...` after a start, `)` or space, 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -58,6 +59,33 @@ def test_real_log_lines_and_pairs(ingested, name):
         got.setdefault(m["step"], set()).add(m["key"])
     for step, keys in want.items():
         assert keys <= got.get(step, set()), f"step {step}: missing {sorted(keys - got.get(step, set()))[:5]}"
+
+
+def _printed_values(data: bytes) -> dict[tuple[int, str], float]:
+    """The value printed for each (step, key), the last print winning (a resume repeats steps)."""
+    values: dict[tuple[int, str], float] = {}
+    for line in ANSI.sub("", data.decode("utf-8", "replace")).split("\n"):
+        for part in line.split("\r"):
+            m = STEP.search(part)
+            if m:
+                for item in m.group(2).split(" - "):
+                    key, _, raw = item.rpartition(":")
+                    raw = raw.strip()
+                    if key and NUM.match(raw):
+                        # the wrapper's `)` is missing where the line was cut (log 15 at 4,096 bytes)
+                        values[(int(m.group(1)), key)] = float(re.sub(r"^np\.\w+\(|\)$", "", raw))
+    return values
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_real_log_values_equal_the_printed_ones(ingested, name):
+    runs, warehouse = ingested
+    entry, _ = runs[name]
+    printed = _printed_values((SHARED / name).read_bytes())
+    got = {(m["step"], m["key"]): m["value"] for m in read_table(warehouse, "step_metrics", entry.run_id)}
+    wrong = [(k, v, got.get(k)) for k, v in printed.items()
+             if not (k in got and (got[k] == v or (math.isnan(v) and math.isnan(got[k]))))]
+    assert not wrong, wrong[:5]
 
 
 def test_real_log_config_extraction(ingested):

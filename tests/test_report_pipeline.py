@@ -50,3 +50,26 @@ def test_fleet_report_links_every_run(analyzed_fleet, tables):
     assert linked == {f"../runs/{run_id}.html" for run_id in summary}
     for href in linked:
         assert (fleet.parent / href).resolve().is_file()
+
+
+def test_reports_agree_with_the_simulator_ground_truth(analyzed_fleet):
+    """Every failure class of the vocabulary, as labels.json has it: verdict, causal line, episode marks."""
+    from pipeline.simulate.vocab import FAILURE_CLASSES
+
+    labels = analyzed_fleet.labels["runs"]
+    assert {lab["failure_class"] for lab in labels.values()} == set(FAILURE_CLASSES)
+    for run_id, lab in labels.items():
+        doc = parse_html((analyzed_fleet.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        verdict = doc.find("section", id_="verdict")
+        assert verdict.attrs["data-failure-class"] == lab["failure_class"], run_id
+        sentence = verdict.find("p", cls="sentence").text()
+        if lab["failure_class"] not in ("completed", "hang"):
+            assert f"step {lab['last_step']}" in sentence, (run_id, sentence)
+        if lab.get("first_error_line_contains"):
+            cause = doc.find("pre", id_="root-cause-context").find("span", cls="cause")
+            assert lab["first_error_line_contains"] in cause.text(), run_id
+        marked = [(int(r.attrs["data-first-step"]), int(r.attrs["data-last-step"]), r.attrs["data-class"])
+                  for r in doc.find_all("tr", cls="episode")]
+        for ep in lab["episodes"]:
+            assert any(first <= ep["last_step"] + 2 and last >= ep["first_step"] - 2 and cls == ep["class"]
+                       for first, last, cls in marked), (run_id, ep, marked)
