@@ -267,6 +267,7 @@ select
     case when v.failure_class not in ('completed', 'hang') then rt.root_cause_event end as root_cause_event,
     case
         when v.failure_class = 'completed' then null
+        -- no sign of work after the last step line: fit() starts the next step with generation
         when v.failure_class = 'hang' then coalesce(ta.phase, case when s.last_step > 0 then 'gen' end)
         when sd.run_id is null and coalesce(dp.phase, rt.root_cause_phase, '') <> 'testing' then 'startup'
         else coalesce(dp.phase, rt.root_cause_phase, ta.phase)

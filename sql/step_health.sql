@@ -1,5 +1,6 @@
 -- One row per (run, step): the training signals the seed articles watch, under stable column names
--- whatever verl version wrote them. Bound parameters: $run_ids VARCHAR[].
+-- whatever verl version wrote them, and under their verl names in the map `verl_values`.
+-- Bound parameters: $run_ids VARCHAR[].
 with key_map(pattern, col, priority) as (
     -- verl key (a LIKE pattern) -> column; a lower priority wins, keys of equal priority are
     -- combined with the column's aggregate (max for memory, mean for validation scores)
@@ -49,6 +50,14 @@ per_priority as (
         m.run_id, m.step, r.col, r.priority, avg(m.value) as mean_value, max(m.value) as max_value
     from metrics as m
     join resolved as r using (key)
+    group by all
+),
+verl_named as (
+    -- the same signals under their verl names, as this run's verl version logged them
+    select m.run_id, m.step, map_from_entries(list({'k': m.key, 'v': m.value} order by m.key)) as verl_values
+    from metrics as m
+    join resolved as r using (key)
+    where m.segment = (select max(segment) from metrics as s where s.run_id = m.run_id and s.step = m.step)
     group by all
 ),
 picked as (
@@ -109,7 +118,9 @@ select
     -- reserved memory is what the allocator holds on the device, so it is the pressure measure
     coalesce(w.mem_reserved_gb, w.mem_allocated_gb, w.mem_used_gb) / nullif(w.mem_total_gb, 0) as mem_fraction,
     s.has_nan,
-    s.nan_keys
+    s.nan_keys,
+    v.verl_values
 from steps as s
 left join wide as w using (run_id, step)
+left join verl_named as v using (run_id, step)
 order by s.run_id, s.step

@@ -146,6 +146,22 @@ def test_phase_columns_equal_timers_and_shares_sum_to_one(warehouse):
     assert walls == [None, 30.0, 30.0, 30.0]
 
 
+def test_every_verl_timer_has_its_column(tmp_path):
+    names = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
+             "update_weights", "testing", "save_checkpoint"]
+    logged = {f"timing_s/{n}": float(i + 1) for i, n in enumerate(names)}
+    b = RunBuilder("timers-h")
+    b.step(1, {**logged, "timing_s/step": 100.0})
+    b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["timers-h"])
+    con = connect(tmp_path)
+    row = con.execute(f"select {', '.join(names)}, step_time, other_time, bottleneck_phase from step_phases").fetchone()
+    assert row[:11] == tuple(float(i + 1) for i in range(11)) and row[11] == 100.0
+    # testing and save_checkpoint run outside timing_s/step, so they are not part of its rest
+    inside = sum(float(i + 1) for i, n in enumerate(names) if n not in ("testing", "save_checkpoint"))
+    assert math.isclose(row[12], 100.0 - inside) and row[13] == "update_weights"
+
+
 def test_resumed_run_keeps_later_segment(warehouse):
     wh, _, _, _ = warehouse
     con = connect(wh)
@@ -218,6 +234,20 @@ def test_step_health(warehouse):
     # NaN and inf are seen even though Parquet statistics leave them out
     nan = con.execute("select step, has_nan, nan_keys from step_health where run_id = 'hang-c' order by step").fetchall()
     assert nan == [(1, False, None), (2, True, ["actor/grad_norm", "actor/pg_loss"])]
+
+
+def test_step_health_maps_old_verl_names_and_keeps_them(tmp_path):
+    """Early-2025 verl logged `actor/entropy_loss`, `critic/kl` and `critic/kl_coeff` (reference, section 1.3)."""
+    b = RunBuilder("old-g")
+    b.step(1, {"actor/entropy_loss": 1.25, "critic/kl": 0.003, "critic/kl_coeff": 0.001, "mfu/actor": 0.3,
+               "val/test_score/openai/gsm8k": 0.5, "timing_s/step": 10.0})
+    b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["old-g"])
+    row = connect(tmp_path).execute(
+        "select entropy, reward_kl, reward_kl_coef, val_core_mean, verl_values from step_health").fetchone()
+    assert row[:4] == (1.25, 0.003, 0.001, 0.5)
+    assert row[4] == {"actor/entropy_loss": 1.25, "critic/kl": 0.003, "critic/kl_coeff": 0.001,
+                      "val/test_score/openai/gsm8k": 0.5}
 
 
 def test_fleet_tables(warehouse):
