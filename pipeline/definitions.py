@@ -64,7 +64,11 @@ def build_definitions(
         sensors=[finished_run_sensor, pipeline_failure_mail, run_attention_mail],
         schedules=[nightly_schedule],
         resources={
-            "archive": ArchiveResource(root=str(archive), quiet_period_s=quiet_period_s),
+            "archive": ArchiveResource(
+                root=str(archive), quiet_period_s=quiet_period_s,
+                max_run_gb=float(os.environ.get("VERL_HEALTH_MAX_RUN_GB", "64")),
+                max_line_mb=float(os.environ.get("VERL_HEALTH_MAX_LINE_MB", "64")),
+            ),
             "warehouse": WarehouseResource(path=str(warehouse)),
             "reports": ReportsResource(path=str(reports)),
             "smtp": smtp or smtp_from_env(),

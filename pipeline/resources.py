@@ -16,6 +16,16 @@ class ArchiveResource(ConfigurableResource):
         default=600, description="A run unchanged for this many seconds counts as finished."
     )
     cache_dir: str = Field(default="", description="Local mirror of an s3:// archive; empty: a temp folder.")
+    max_run_gb: float = Field(
+        default=64.0, description="Decompressed bytes read per run (GiB): the decompression-bomb guard."
+    )
+    max_line_mb: float = Field(default=64.0, description="Longer lines are kept truncated to this size (MiB).")
+
+    def limits(self):
+        """The ingest limits these settings give."""
+        from pipeline.ingest.readers import IngestLimits
+
+        return IngestLimits(max_total_bytes=int(self.max_run_gb * 2**30), max_line_bytes=int(self.max_line_mb * 2**20))
 
     def local_root(self) -> Path:
         """The folder ingest reads: the root itself, or the refreshed local mirror of an s3:// root."""

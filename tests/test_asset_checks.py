@@ -67,10 +67,10 @@ def test_a_run_whose_ingest_fails_stops_no_other(tmp_path, monkeypatch):
         write_run(tmp_path / "archive", rid, steps=4)
     real_ingest = ingest_assets.ingest_run
 
-    def failing_for_run_b(entry, warehouse):
+    def failing_for_run_b(entry, warehouse, limits):
         if entry.run_id == "run-b":
             raise OSError(28, "No space left on device")
-        return real_ingest(entry, warehouse)
+        return real_ingest(entry, warehouse, limits)
 
     monkeypatch.setattr(ingest_assets, "ingest_run", failing_for_run_b)
     result = _materialize(tmp_path, ["run-a", "run-b", "run-c"], INGEST_AND_DERIVE)
@@ -99,3 +99,16 @@ def test_unchanged_runs_are_not_ingested_again(tmp_path):
     write_run(tmp_path / "archive", "run-a", steps=4)
     assert skipped(_materialize(tmp_path, ["run-a"], ingest)) == 0
     assert connect(tmp_path / "wh").execute("select max(step) from step_metrics").fetchone()[0] == 4
+
+
+def test_archive_resource_limits_bound_a_decompression_bomb(tmp_path, monkeypatch):
+    import gzip
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "bomb.log.gz").write_bytes(gzip.compress(b"step:1 - a:1\n" * (2**20)))
+    monkeypatch.setenv("VERL_HEALTH_MAX_RUN_GB", str(2**20 / 2**30))
+    result = _materialize(tmp_path, ["bomb"], ["runs", "log_lines", "step_metrics"])
+    assert result.success
+    [run] = connect(tmp_path / "wh").execute("select n_bytes, problems from runs").fetchall()
+    assert run[0] <= 2**20 and any("decompression bomb" in p for p in run[1])

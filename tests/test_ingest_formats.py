@@ -219,3 +219,38 @@ def test_reingest_gives_identical_content(tmp_path):
     assert {k: v for k, v in first.run.items() if k not in drop} == {
         k: v for k, v in second.run.items() if k not in drop
     }
+
+
+def test_zip_and_gzipped_logs_inside_a_folder_read_like_the_plain_folder(tmp_path):
+    """The same simulated run as a plain folder, a .zip of it, and a folder holding train.log.gz."""
+    import gzip
+    import shutil
+    import zipfile
+
+    from pipeline.simulate import simulate_fleet
+
+    labels = simulate_fleet(tmp_path / "sim", runs=12, seed=31)
+    run_id, lab = next((r, lab) for r, lab in sorted(labels["runs"].items()) if lab["archive_form"] == "dir")
+    plain = tmp_path / "sim" / "archive" / lab["entry"]
+    root = tmp_path / "archive"
+    shutil.copytree(plain, root / "plain")
+    with zipfile.ZipFile(root / "zipped.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(plain.rglob("*")):
+            if path.is_file():
+                zf.write(path, f"zipped/{path.relative_to(plain).as_posix()}")
+    shutil.copytree(plain, root / "gzipped")
+    log = root / "gzipped" / "train.log"
+    (root / "gzipped" / "train.log.gz").write_bytes(gzip.compress(log.read_bytes()))
+    log.unlink()
+    runs = ingest_root(root, tmp_path / "wh")
+    assert {runs["zipped"].run["archive_form"], runs["gzipped"].run["archive_form"]} == {"zip", "dir"}
+
+    def by_file(run):
+        return {(m["file"].removesuffix(".gz"), m["step"], m["key"]): m["value"] for m in run.metrics}
+
+    want = by_file(runs["plain"])
+    assert max(step for _, step, _ in want) == lab["last_step"]
+    for name in ("zipped", "gzipped"):
+        got = by_file(runs[name])
+        assert got.keys() == want.keys() and all(same(got[k], want[k]) for k in want), name
+        assert len(runs[name].lines) == len(runs["plain"].lines), name

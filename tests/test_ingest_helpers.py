@@ -15,7 +15,8 @@ from pipeline.ingest import IngestLimits, discover_runs, ingest_run
 def read_table(warehouse: Path, table: str, run_id: str) -> list[dict]:
     """Rows of one run's partition, as dicts."""
     con = duckdb.connect()
-    rel = con.sql(f"select * from read_parquet('{warehouse}/{table}/run_id={run_id}/*.parquet')")
+    rel = con.sql("select * from read_parquet($files)",
+                  params={"files": str(Path(warehouse) / table / f"run_id={run_id}" / "*.parquet")})
     cols = rel.columns
     return [dict(zip(cols, row, strict=True)) for row in rel.fetchall()]
 

@@ -73,7 +73,7 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
             unchanged.append(run_id)
             continue
         try:
-            result = ingest_run(entry, warehouse.root)
+            result = ingest_run(entry, warehouse.root, archive.limits())
         except Exception as exc:  # one run's failure (a full disk, a bug) must not stop the others
             problems[run_id] = [f"ingest failed: {type(exc).__name__}: {exc}"]
             context.log.error(f"{run_id}: {problems[run_id][0]}")
