@@ -53,7 +53,10 @@ def runs_needing_attention(warehouse, run_ids: list[str]) -> list[dict]:
 
 
 def run_attention_message(runs: list[dict], smtp, reports_url: str = "") -> EmailMessage:
-    """A plain-text mail listing newly analysed runs that failed or show anomalies, one paragraph each."""
+    """A plain-text mail listing newly analysed runs that failed or show anomalies, one paragraph each,
+    with the knowledge base's first changes to try for a failed run."""
+    from pipeline.detect.explain import advice_text
+
     msg = EmailMessage()
     failed = sum(r["failure_class"] != "completed" for r in runs)
     msg["Subject"] = f"verl-health: {len(runs)} finished run(s) need attention ({failed} failed)"
@@ -64,6 +67,8 @@ def run_attention_message(runs: list[dict], smtp, reports_url: str = "") -> Emai
         lines = [f"{r['run_id']}: {r['failure_class']} at step {r['last_step']} of {r['expected_steps']}"]
         if r["root_cause_text"] and r["failure_class"] != "completed":
             lines.append(f"  root cause: {r['root_cause_text'][:300]}")
+        if r["failure_class"] != "completed":
+            lines.append(f"  advice: {advice_text('failure_class', r['failure_class'])}")
         if r["anomalous_steps"]:
             lines.append(f"  {r['anomalous_steps']} anomalous steps: {', '.join(sorted(r['anomaly_classes']))}")
         if reports_url:

@@ -12,6 +12,7 @@ from operate_support import free_port
 
 from pipeline import lake
 from pipeline.alerts import runs_needing_attention
+from pipeline.detect.explain import advice_text
 from pipeline.resources import SmtpResource, WarehouseResource
 from pipeline.sensors import pipeline_failure_mail, run_attention_mail
 
@@ -138,4 +139,5 @@ def test_runs_needing_attention_are_mailed(smtp_server, tmp_path):
     body = msg.get_content()
     assert "oom-run: cuda_oom at step 42 of 100" in body
     assert "CUDA out of memory" in body and "memory_pressure" in body
+    assert f"advice: {advice_text('failure_class', 'cuda_oom')}" in body and "gpu_memory_utilization" in body
     assert "healthy-run" not in body

@@ -107,27 +107,33 @@ class Scores:
 
     @property
     def precision(self) -> float:
+        """Share of flagged steps that lie in an episode."""
         return self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
 
     @property
     def recall(self) -> float:
+        """Share of episode steps that were flagged."""
         return self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0
 
     @property
     def f1(self) -> float:
+        """Harmonic mean of precision and recall."""
         p, r = self.precision, self.recall
         return 2 * p * r / (p + r) if p + r else 0.0
 
     @property
     def episode_recall(self) -> float:
+        """Share of episodes with at least one flagged step."""
         return self.episodes_hit / self.episodes if self.episodes else 0.0
 
     @property
     def class_accuracy(self) -> float:
+        """Share of detected episodes whose anomaly_class is the labelled one."""
         return self.class_right / self.episodes_hit if self.episodes_hit else 0.0
 
     @property
     def false_alarms_per_1000(self) -> float:
+        """Flagged steps per 1,000 steps of runs without episodes."""
         return 1000.0 * self.healthy_flags / self.healthy_steps if self.healthy_steps else 0.0
 
 

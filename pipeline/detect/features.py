@@ -309,10 +309,9 @@ def build_features(
     """One row per (run_id, step) of `phases` with the detector's features.
 
     Columns: `z_<channel>` (robust z against the run's baseline, see the module docstring),
-    `<channel>_ratio` (x / baseline for log channels), `d_<channel>`
-    (step-over-step change, transformed units), `base_<channel>` (the baseline in the metric's
-    units), `zs_<channel>` (3-step centred mean of z), `nonfinite`,
-    `mem_fraction`, `mem_headroom`, `pg_loss_jump10`, `reward_mean_drop`, `ppo_kl`, `d_ppo_kl`,
+    `<channel>_ratio` (x / baseline for log channels), `base_<channel>` (the baseline in the
+    metric's units), `zs_<channel>` (3-step centred mean of z), `nonfinite`,
+    `mem_fraction`, `pg_loss_jump10`, `reward_mean_drop`, `ppo_kl`, `d_ppo_kl` (step-over-step change),
     `pg_clipfrac`, share deltas, `periodic` (a testing or checkpoint step), and `<phase>_vs_fleet`
     when `fleet_baseline` (index run_id, one column per phase: the config group's median) is given.
     """
@@ -342,9 +341,6 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None) ->
     for c in LOG_CHANNELS:
         out[f"{c}_ratio"] = np.exp(resid[c].to_numpy())
     first = position == 0
-    for c in ("gen", "old_log_prob", "update_actor", "step_time", "ppo_kl", "grad_norm", "entropy",
-              "response_length_mean", "reward_mean", "mem_reserved_gb"):
-        out[f"d_{c}"] = _diff(values[c].to_numpy(), first)
     last = np.r_[position[1:] == 0, True]
     for c in CHANNELS:
         out[f"zs_{c}"] = _centred_mean3(out[f"z_{c}"], first, last)
@@ -360,7 +356,6 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None) ->
             if used in df:
                 mem_fraction = mem_fraction.fillna(df[used] / df["mem_total_gb"])
     out["mem_fraction"] = mem_fraction
-    out["mem_headroom"] = 1.0 - mem_fraction
     loss = df["pg_loss"].astype(float).abs() if "pg_loss" in df else pd.Series(np.nan, index=df.index)
     loss_smooth = loss.groupby(runs, sort=False).rolling(3, min_periods=1).mean().reset_index(level=0, drop=True)
     loss_smooth = loss_smooth.sort_index()
