@@ -228,6 +228,27 @@ tail_activity as (
       and (l.phase_hint is not null or l.text like '%is preempted by PreemptionMode%')
     group by all
 ),
+hang_sign as (
+    -- what a silent run printed about itself: a breakpoint it waits at, or Ray's disk filling up
+    select run_id, min(priority) as priority, arg_min(reason, [priority, line_no]) as reason,
+           arg_min(phase, [priority, line_no]) as phase, arg_min(file, [priority, line_no]) as file,
+           arg_min(line_no, [priority, line_no]) as line_no, arg_min(text, [priority, line_no]) as text
+    from (
+        select
+            l.run_id, l.file, l.line_no, regexp_replace(l.text, '^\s*\([^)]*\)\s*', '') as text,
+            case when l.text like '%file_system_monitor%is over 95% full%' then 2 else 1 end as priority,
+            case when l.text like '%file_system_monitor%is over 95% full%'
+                 then 'Ray''s session disk is over 95% full, so object spilling and logging fail'
+                 else 'paused at a Ray debugger breakpoint, waiting for a debugger (not a failure)' end as reason,
+            case when l.text like '%file_system_monitor%is over 95% full%' then null else 'debugger' end as phase
+        from lines as l
+        join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
+        where l.text like '%Ray debugger is listening%' or l.text like '%Waiting for debugger to attach%'
+           -- a full disk explains a stop only when it is what the log shows after the last step
+           or (l.text like '%file_system_monitor%is over 95% full%' and (l.step > s.last_step or s.last_step = 0))
+    )
+    group by all
+),
 last_line as (
     select run_id, arg_max(file, [coalesce(epoch(ts), 0), line_no]) as file,
            arg_max(line_no, [coalesce(epoch(ts), 0), line_no]) as line_no,
@@ -258,17 +279,21 @@ select
     s.last_step,
     s.expected_steps,
     s.last_step / nullif(s.expected_steps, 0) as completion,
-    case when v.failure_class = 'hang' then ta.file
+    case when v.failure_class = 'hang' and hs.priority = 1 then hs.file
+         when v.failure_class = 'hang' then coalesce(ta.file, hs.file)
          when v.failure_class <> 'completed' then rt.root_cause_file end as root_cause_file,
-    case when v.failure_class = 'hang' then ta.line_no
+    case when v.failure_class = 'hang' and hs.priority = 1 then hs.line_no
+         when v.failure_class = 'hang' then coalesce(ta.line_no, hs.line_no)
          when v.failure_class <> 'completed' then rt.root_cause_line_no end as root_cause_line_no,
-    case when v.failure_class = 'hang' then ta.text
+    case when v.failure_class = 'hang' and hs.priority = 1 then hs.text
+         when v.failure_class = 'hang' then coalesce(ta.text, hs.text)
          when v.failure_class <> 'completed' then rt.root_cause_text end as root_cause_text,
+    case when v.failure_class = 'hang' then hs.reason end as hang_reason,
     case when v.failure_class not in ('completed', 'hang') then rt.root_cause_event end as root_cause_event,
     case
         when v.failure_class = 'completed' then null
         -- no sign of work after the last step line: fit() starts the next step with generation
-        when v.failure_class = 'hang' then coalesce(ta.phase, case when s.last_step > 0 then 'gen' end)
+        when v.failure_class = 'hang' then coalesce(hs.phase, ta.phase, case when s.last_step > 0 then 'gen' end)
         when sd.run_id is null and coalesce(dp.phase, rt.root_cause_phase, '') <> 'testing' then 'startup'
         else coalesce(dp.phase, rt.root_cause_phase, ta.phase)
     end as failure_phase,
@@ -303,6 +328,7 @@ left join run_state as s using (run_id)
 left join verdict as v using (run_id)
 left join root as rt using (run_id)
 left join tail_activity as ta using (run_id)
+left join hang_sign as hs using (run_id)
 left join started as sd using (run_id)
 left join driver_phase as dp using (run_id)
 left join last_line as ll using (run_id)

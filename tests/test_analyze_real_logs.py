@@ -41,3 +41,13 @@ def test_real_runs_are_scored_with_the_fleet_model(analyzed_real_logs):
     assert flagged[0] is not None and 30 <= flagged[0] <= 40 and flagged[1] == 59
     assert con.execute(
         "select count(*) from step_anomalies where run_id like '16_%' and is_anomaly").fetchone()[0] == 0
+
+
+def test_paused_run_report_says_debugger_not_failure(analyzed_real_logs):
+    from report_fixtures import parse_html
+
+    run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith("35_"))
+    doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+    verdict = doc.find("section", id_="verdict")
+    assert verdict.attrs["data-failure-class"] == "hang"
+    assert "Ray debugger breakpoint" in verdict.find("p", cls="sentence").text()

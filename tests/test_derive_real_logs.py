@@ -21,7 +21,7 @@ EXPECTED = {
     "03_logicrl_formula_flashattn_undefined_symbol_ray_import_fail": (
         "python_exception", 0, 164, "ImportError: /home/tri/miniconda3/envs/logic/lib/python3.9/site-packages/"
         "flash_attn_2_cuda"),
-    "04_logicrl_formula_raylet_disk_95pct_full_truncated": ("hang", 0, None, None),
+    "04_logicrl_formula_raylet_disk_95pct_full_truncated": ("hang", 0, None, "is over 95% full"),
     "05_logicrl_formula_wandb_output_log_10steps": ("hang", 9, None, None),
     "06_gui_cursor_agentloop_2026_2steps": ("hang", 2, None, None),
     "08_eto_megatron_grpo_qwen7b_math_two_runs_second_ctrl_c_step11": ("unknown", 11, 3941, "KeyboardInterrupt"),
@@ -42,11 +42,11 @@ EXPECTED = {
     "24_askactively_sglang_tcpstore_nonce_assert_actordied_init": (
         "vllm_engine_error", 0, 194, "RuntimeError: nonce == returnedNonce INTERNAL ASSERT FAILED"),
     "27_charcount_grpo_final_step_hardwrapped_benign_sigterm_at_exit": ("completed", None, None, None),
-    "28_retool_dapo_agentloop_tool_decode_errors_ray_disk_95pct": ("hang", 0, None, None),
+    "28_retool_dapo_agentloop_tool_decode_errors_ray_disk_95pct": ("hang", 0, None, "is over 95% full"),
     "29_charcount_smollm135m_grpo_start_to_step1_no_ansi": ("hang", 1, None, None),
     "31_searchr1_normal_start_ray_metrics_exporter_noise": ("hang", 0, None, None),
     "34_gui_cursor_agentloop_10steps_rollout_filtering_nov2025": ("hang", 10, None, None),
-    "35_gui_cursor_paused_at_ray_debugger_breakpoint": ("hang", 0, None, None),
+    "35_gui_cursor_paused_at_ray_debugger_breakpoint": ("hang", 0, 772, "Ray debugger is listening on"),
 }
 
 
@@ -82,6 +82,7 @@ def test_real_log_diagnosis(derived, stem):
         assert got["last_step"] == last_step
     if line_no is not None:
         assert got["root_cause_line_no"] == line_no
+    if text is not None:
         assert text in got["root_cause_text"]
     elif failure_class == "completed":
         assert got["root_cause_text"] is None
@@ -106,3 +107,12 @@ def test_config_findings_on_real_logs(derived):
             "train_batch_not_divisible_by_mini_batch") in found
     # Megatron's expert_tensor_parallel_size is the trainer's, not the rollout's tensor parallel size
     assert not {f for s, f in found if s.startswith("08_") and f == "rollout_tp_mismatch"}
+
+
+def test_silent_runs_say_why_when_the_log_does(derived):
+    paused = derived.summary["35_gui_cursor_paused_at_ray_debugger_breakpoint"]
+    assert paused["failure_phase"] == "debugger" and "debugger breakpoint" in paused["hang_reason"]
+    for stem in ("04_logicrl_formula_raylet_disk_95pct_full_truncated",
+                 "28_retool_dapo_agentloop_tool_decode_errors_ray_disk_95pct"):
+        assert "disk is over 95% full" in derived.summary[stem]["hang_reason"], stem
+    assert derived.summary["16_opd_qwen_1_5b_normal_12steps_wandb_output"]["hang_reason"] is None

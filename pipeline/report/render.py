@@ -153,7 +153,8 @@ def verdict(summary: dict[str, Any], n_episodes: int) -> dict[str, str]:
             sentence = f"Completed {steps}{' in ' + fmt_duration(wall) if wall else ''} with no anomalies"
         return {"tone": tone, "headline": head, "sentence": sentence + ".", "cls": cls}
     if cls == "hang":
-        sentence = f"Hung{where} after step {fmt_num(last)}: the log stops with no error{after}"
+        why = summary.get("hang_reason") or "the log stops with no error"
+        sentence = f"Hung{where} after step {fmt_num(last)}: {why}{after}"
         return {"tone": "warn", "headline": "Hung", "sentence": sentence + ".", "cls": cls}
     label = CLASS_LABELS.get(cls, cls)
     if cls == "python_exception":
