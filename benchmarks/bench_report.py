@@ -19,11 +19,12 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from report_fixtures import FAILURE_CLASSES, RunSpec, write_run  # noqa: E402
 
+from pipeline.derive import derive_fleet_tables  # noqa: E402
 from pipeline.report import build_fleet_mail, render_fleet_report, render_run_report  # noqa: E402
 
 DAY = date(2026, 11, 28)
 ANOMALY_CLASSES = ("gen_slowdown", "kl_spike", "grad_explosion", "update_actor_slowdown")
-FLEET_TABLES = ("runs", "run_summary", "step_anomalies")
+FLEET_TABLES = ("runs", "run_summary", "step_anomalies", "step_phases")
 
 
 def _timed(fn):
@@ -34,7 +35,7 @@ def _timed(fn):
 
 
 def long_run(warehouse: Path, steps: int) -> RunSpec:
-    """A completed run of `steps` steps with an anomaly episode every ~400 steps."""
+    """A run of `steps` steps that ends in a CUDA OOM, with an anomaly episode every ~400 steps."""
     rng = random.Random(1)
     episodes = []
     s = 300
@@ -56,7 +57,8 @@ def long_run(warehouse: Path, steps: int) -> RunSpec:
 
 
 def fleet(warehouse: Path, runs: int) -> None:
-    """`runs` short runs over eight weeks, several experiments and config groups (fleet-read tables only)."""
+    """`runs` short runs over eight weeks, several experiments and config groups, with the fleet tables
+    derived from them as the pipeline does."""
     rng = random.Random(2)
     weights = [60, 5, 8, 5, 4, 4, 3, 5, 3, 3]
     models = [
@@ -86,10 +88,11 @@ def fleet(warehouse: Path, runs: int) -> None:
             n_gpus_per_node=rng.choice((4, 8)),
         )
         write_run(warehouse, spec, only=FLEET_TABLES)
+    derive_fleet_tables(warehouse)
 
 
 def main() -> None:
-    """Build the warehouses, render, print the numbers."""
+    """Parse the arguments and run the benchmark in a temporary folder (or --keep)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=1_000)
@@ -97,7 +100,12 @@ def main() -> None:
         "--keep", type=Path, help="write warehouses and reports here instead of a temp folder"
     )
     args = parser.parse_args()
-    root = args.keep or Path(tempfile.mkdtemp(prefix="bench_report_"))
+    with tempfile.TemporaryDirectory(prefix="bench_report_") as tmp:
+        run_benchmark(args, args.keep or Path(tmp))
+
+
+def run_benchmark(args: argparse.Namespace, root: Path) -> None:
+    """Render both reports and the mail in `root`, printing times and sizes."""
     reports = root / "reports"
 
     _, t_build = _timed(lambda: long_run(root / "wh_long", args.steps))
