@@ -167,6 +167,7 @@ out, files = sys.argv[1], sys.argv[2:]
 con = duckdb.connect()
 con.execute("create temp table lines as select line from read_csv($f, columns={'line': 'VARCHAR'}, header=false, "
             "delim='\\x01', quote='', escape='', auto_detect=false, strict_mode=false)", {"f": files})
+# COPY takes no bound parameter for its target: the path is quoted instead
 con.execute("copy lines to '" + out.replace("'", "''") + "' (format parquet, compression zstd)")
 print(con.execute("select count(*) from lines").fetchone()[0])
 """

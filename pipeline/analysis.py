@@ -56,15 +56,19 @@ def resolve_entry(run: str, archive_root: str | Path, quiet_period_s: int = 600)
             return entry
     raise ValueError(f"no run {run!r} under the archive {archive_root}")
 
-def analyze_entry(entry, warehouse: Path, reports: Path) -> RunOutcome:
-    """Ingest, derive, score and report one run with the plain functions the assets wrap."""
+def analyze_entry(entry, warehouse: Path, reports: Path, limits=None, refit: bool = False) -> RunOutcome:
+    """Ingest, derive, score and report one run with the plain functions the assets wrap.
+
+    The run is scored with the stored model; one is fitted on the fleet when there is none, or
+    with `refit`. `limits` are the ingest limits (`IngestLimits`; default: its defaults).
+    """
     from pipeline.derive import derive_fleet_table, derive_run_table
     from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
     from pipeline.ingest import ingest_run
     from pipeline.report import render_run_report
 
     warehouse.mkdir(parents=True, exist_ok=True)
-    result = ingest_run(entry, warehouse)
+    result = ingest_run(entry, warehouse, limits)
     mats: dict[str, dict] = {
         t: {"lines": result.n_lines, "steps": result.n_steps, "bytes": result.n_bytes}
         for t in ("runs", "log_lines", "step_metrics")
@@ -73,7 +77,7 @@ def analyze_entry(entry, warehouse: Path, reports: Path) -> RunOutcome:
         mats[table] = {"rows": derive_run_table(warehouse, table, [entry.run_id])}
     for table in FLEET_DERIVED:
         derive_fleet_table(warehouse, table)
-    if not (warehouse / "models" / "anomaly_model.joblib").is_file():
+    if refit or not (warehouse / "models" / "anomaly_model.joblib").is_file():
         fit_anomaly_model(warehouse, AnomalyModelConfig())
     mats["step_anomalies"] = {"flagged_steps": score_runs(warehouse, [entry.run_id])}
     report_path = render_run_report(warehouse, entry.run_id, reports)
@@ -87,7 +91,23 @@ def analyze_entry(entry, warehouse: Path, reports: Path) -> RunOutcome:
     return RunOutcome(entry.run_id, verdict, report_path, mats)
 
 def _range_tags(run_ids: list[str]) -> dict[str, str]:
+    if len(run_ids) == 1:
+        return {"dagster/partition": run_ids[0]}
     return {ASSET_PARTITION_RANGE_START_TAG: run_ids[0], ASSET_PARTITION_RANGE_END_TAG: run_ids[-1]}
+
+
+def contiguous_ranges(partitions: list[str], wanted: set[str]) -> list[list[str]]:
+    """The wanted partitions as stretches of consecutive partitions, so a range selects no other run."""
+    ranges: list[list[str]] = []
+    previous_wanted = False
+    for key in partitions:
+        if key in wanted:
+            if previous_wanted:
+                ranges[-1].append(key)
+            else:
+                ranges.append([key])
+        previous_wanted = key in wanted
+    return ranges
 
 def analyze_archive(
     archive: str | Path,
@@ -123,8 +143,9 @@ def analyze_archive(
 
     existing = set(instance.get_dynamic_partitions(RUN_PARTITIONS_NAME))
     instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, [r for r in run_ids if r not in existing])
-    # The range tags select by partition order, so the range must be exactly our runs.
-    ordered = [r for r in instance.get_dynamic_partitions(RUN_PARTITIONS_NAME) if r in set(run_ids)]
+    # The range tags select by partition order: one range per stretch of consecutive runs of ours.
+    ranges = contiguous_ranges(instance.get_dynamic_partitions(RUN_PARTITIONS_NAME), set(run_ids))
+    ordered = [r for stretch in ranges for r in stretch]
 
     assets = list(defs.assets)
     resources = defs.resources
@@ -133,13 +154,14 @@ def analyze_archive(
         materialize(assets, instance=instance, resources=resources, selection=selection, tags=tags,
                     run_config=QUIET_LOGS)
 
-    if ordered:
-        tags = _range_tags(ordered) if len(ordered) > 1 else {"dagster/partition": ordered[0]}
-        ingest_tags = {**tags, REINGEST_TAG: "true"} if force else tags
+    for stretch in ranges:
+        ingest_tags = {**_range_tags(stretch), REINGEST_TAG: "true"} if force else _range_tags(stretch)
         _run(["runs", "log_lines", "step_metrics", *RUN_DERIVED], ingest_tags)
-        fit = refit or model_refit_due(model_age_days(warehouse))
+    fit = refit or (bool(ordered) and model_refit_due(model_age_days(warehouse)))
+    if ordered or fit:
         _run([*FLEET_DERIVED, "anomaly_model"] if fit else list(FLEET_DERIVED))
-        _run(["step_anomalies", "run_report"], tags)
+    for stretch in ranges:
+        _run(["step_anomalies", "run_report"], _range_tags(stretch))
     fleet_selection = ["fleet_report", "fleet_report_mail"] if mail else ["fleet_report"]
     _run(fleet_selection)
     refresh_catalog(warehouse)

@@ -54,14 +54,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def _analyze_one(args: argparse.Namespace) -> int:
     """`analyze --run`: one finished run, by path or by run_id under the archive (what a launcher calls)."""
+    from pipeline import objectstore
     from pipeline.analysis import analyze_entry, resolve_entry
+    from pipeline.definitions import archive_from_env
 
+    if objectstore.is_url(args.warehouse) or args.mail:
+        print("error: --run analyses into a local warehouse and sends no mail; run `analyze ARCHIVE` for "
+              "s3:// warehouses or --mail", file=sys.stderr)
+        return 2
     try:
         entry = resolve_entry(args.run, args.archive or ".", quiet_period_s=args.quiet_period)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    outcome = analyze_entry(entry, Path(args.warehouse), Path(args.reports))
+    outcome = analyze_entry(entry, Path(args.warehouse), Path(args.reports), archive_from_env(entry.path).limits(),
+                            refit=args.refit)
     print(f"{outcome.run_id}: {outcome.verdict}")
     print(f"run report:   {outcome.report_path}")
     return 0

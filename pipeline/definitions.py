@@ -36,6 +36,16 @@ def smtp_from_env() -> SmtpResource:
         sender=env.get("VERL_HEALTH_MAIL_FROM", "verl-health@localhost"),
         recipients=[r.strip() for r in env.get("VERL_HEALTH_MAIL_TO", "").split(",") if r.strip()],
         ca_file=env.get("VERL_HEALTH_SMTP_CA_FILE", ""),
+        reports_url=env.get("VERL_HEALTH_REPORTS_URL", ""),
+    )
+
+
+def archive_from_env(archive: str | Path, quiet_period_s: int = 600) -> ArchiveResource:
+    """The archive resource for `archive`, with the ingest limits of VERL_HEALTH_MAX_RUN_GB / _LINE_MB."""
+    return ArchiveResource(
+        root=str(archive), quiet_period_s=quiet_period_s,
+        max_run_gb=float(os.environ.get("VERL_HEALTH_MAX_RUN_GB", "64")),
+        max_line_mb=float(os.environ.get("VERL_HEALTH_MAX_LINE_MB", "64")),
     )
 
 
@@ -64,11 +74,7 @@ def build_definitions(
         sensors=[finished_run_sensor, pipeline_failure_mail, run_attention_mail],
         schedules=[nightly_schedule],
         resources={
-            "archive": ArchiveResource(
-                root=str(archive), quiet_period_s=quiet_period_s,
-                max_run_gb=float(os.environ.get("VERL_HEALTH_MAX_RUN_GB", "64")),
-                max_line_mb=float(os.environ.get("VERL_HEALTH_MAX_LINE_MB", "64")),
-            ),
+            "archive": archive_from_env(archive, quiet_period_s),
             "warehouse": WarehouseResource(path=str(warehouse)),
             "reports": ReportsResource(path=str(reports)),
             "smtp": smtp or smtp_from_env(),

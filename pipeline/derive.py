@@ -67,8 +67,12 @@ def _params(name: str, run_ids: list[str], thresholds: Mapping[str, Mapping[str,
     """The bound parameters of `sql/<name>.sql`: the run ids, and its thresholds if it has any."""
     params: dict = {"run_ids": run_ids}
     defaults = default_thresholds().get(name)
+    overrides = dict((thresholds or {}).get(name) or {})
+    unknown = set(overrides) - set(defaults or {})
+    if unknown:
+        raise ValueError(f"{name} has no thresholds {sorted(unknown)} (see {THRESHOLDS_FILE.name})")
     if defaults is not None:
-        params["thresholds"] = {**defaults, **((thresholds or {}).get(name) or {})}
+        params["thresholds"] = {**defaults, **overrides}
     return params
 
 

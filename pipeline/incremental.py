@@ -10,19 +10,24 @@ from pipeline.lake import run_partition_dir
 
 # Per-run outputs that must exist for a run to count as analysed.
 FINAL_TABLES = ("runs", "run_summary", "step_anomalies")
-INGEST_TABLES = ("runs", "log_lines", "step_metrics")
+INGEST_TABLES = ("runs", "log_lines", "step_metrics")  # what ingest writes per run
 # A Dagster run tag: ingest every requested run again, even one whose archive entry has not changed.
 REINGEST_TAG = "verl-health/reingest"
 MTIME_TOLERANCE_S = 1e-3
+# What `runs.ingest_version` records; a run ingested by an older version is ingested again.
+INGEST_VERSION = 2
 
 
 def recorded_source(warehouse: str | Path, run_id: str) -> tuple[str, float | None] | None:
-    """The (source_path, mtime as epoch seconds) the `runs` table recorded at ingest, or None."""
+    """The (source_path, mtime as epoch seconds) the `runs` table recorded at ingest, or None (also when
+    an older ingest version wrote it)."""
     part = run_partition_dir(warehouse, "runs", run_id) / "part-0.parquet"
     if not part.is_file():
         return None
-    row = pq.read_table(part, columns=["source_path", "mtime"]).to_pylist()
-    if not row:
+    if "ingest_version" not in pq.read_schema(part).names:
+        return None
+    row = pq.read_table(part, columns=["source_path", "mtime", "ingest_version"]).to_pylist()
+    if not row or row[0]["ingest_version"] != INGEST_VERSION:
         return None
     mtime = row[0]["mtime"]
     # ingest writes datetime.fromtimestamp(entry.mtime): naive local time, so .timestamp() inverts it.

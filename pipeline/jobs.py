@@ -52,7 +52,7 @@ def analyze_finished_run(
     """Analyse one run end to end and register it as a `run_id` partition."""
     entry = resolve_entry(config.run, archive.root, archive.quiet_period_s)
     context.instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, [entry.run_id])
-    outcome = analyze_entry(entry, warehouse.root, reports.root)
+    outcome = analyze_entry(entry, warehouse.root, reports.root, archive.limits())
     for asset_name, metadata in outcome.materializations.items():
         context.log_event(
             AssetMaterialization(asset_key=AssetKey(asset_name), partition=entry.run_id, metadata=metadata)

@@ -99,6 +99,9 @@ class SmtpResource(ConfigurableResource):
     recipients: list[str] = Field(default_factory=list)
     timeout_s: float = Field(default=30.0)
     ca_file: str = Field(default="", description="CA bundle to trust (a private server's); empty: the system's.")
+    reports_url: str = Field(
+        default="", description="Where the reports folder is served (https://...): mails link the reports there."
+    )
 
     @property
     def enabled(self) -> bool:

@@ -243,9 +243,10 @@ hang_sign as (
             case when l.text like '%file_system_monitor%is over 95% full%' then null else 'debugger' end as phase
         from lines as l
         join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
-        where l.text like '%Ray debugger is listening%' or l.text like '%Waiting for debugger to attach%'
-           -- a full disk explains a stop only when it is what the log shows after the last step
-           or (l.text like '%file_system_monitor%is over 95% full%' and (l.step > s.last_step or s.last_step = 0))
+        -- either explains a stop only when the log shows it after the last step line
+        where (l.step > s.last_step or s.last_step = 0)
+          and (l.text like '%Ray debugger is listening%' or l.text like '%Waiting for debugger to attach%'
+               or l.text like '%file_system_monitor%is over 95% full%')
     )
     group by all
 ),

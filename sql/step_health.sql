@@ -56,8 +56,7 @@ verl_named as (
     -- the same signals under their verl names, as this run's verl version logged them
     select m.run_id, m.step, map_from_entries(list({'k': m.key, 'v': m.value} order by m.key)) as verl_values
     from metrics as m
-    join resolved as r using (key)
-    where m.segment = (select max(segment) from metrics as s where s.run_id = m.run_id and s.step = m.step)
+    join (select distinct key from resolved) using (key)
     group by all
 ),
 picked as (

@@ -51,6 +51,9 @@ def test_lines_conserved_fails_when_a_partition_loses_lines(tmp_path):
     table = pq.read_table(part)
     pq.write_table(table.slice(0, table.num_rows - 2), part)
     assert lines_conserved(wh, ["run-a"]) == {"run-a": {"read": 5, "kept": 3}}
+    # the unchanged run is not ingested again, so the blocking check sees the damage and fails
+    result = _materialize(tmp_path, ["run-a"], ["runs", "log_lines", "step_metrics"])
+    assert _checks(result)[("log_lines", "lines_conserved")] is False
 
 
 def test_contract_check_names_the_missing_column(tmp_path):
@@ -60,6 +63,10 @@ def test_contract_check_names_the_missing_column(tmp_path):
     [part] = run_partition_dir(wh, "step_metrics", "run-a").glob("*.parquet")
     pq.write_table(pq.read_table(part).drop_columns(["source"]), part)
     assert contract_violations(wh, "step_metrics", ["run-a"]) == ["source"]
+    result = _materialize(tmp_path, ["run-a"], ["runs", "log_lines", "step_metrics", "step_phases"])
+    assert _checks(result)[("step_metrics", "matches_contract")] is False
+    # blocking: what reads step_metrics does not run on the broken table
+    assert "step_phases" not in {m.asset_key.to_user_string() for m in result.get_asset_materialization_events()}
 
 
 def test_a_run_whose_ingest_fails_stops_no_other(tmp_path, monkeypatch):

@@ -62,3 +62,12 @@ def test_analyze_one_finished_run(tmp_path):
     missing = subprocess.run([str(VERL_HEALTH), "analyze", "sim/archive", "--run", "no-such-run"], cwd=tmp_path,
                              capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr
+
+
+def test_analyze_one_run_refuses_what_it_cannot_do(tmp_path):
+    log = tmp_path / "run-x.log"
+    log.write_text("step:1 - a:1\n")
+    proc = subprocess.run([str(VERL_HEALTH), "analyze", "--run", str(log), "--warehouse", "s3://bucket/wh"],
+                          cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "local warehouse" in proc.stderr
+    assert not (tmp_path / "s3:").exists()

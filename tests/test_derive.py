@@ -113,6 +113,8 @@ def test_thresholds_are_bound_not_written_into_the_sql(tmp_path):
     assert "gpu_memory_utilization_high_with_oom" in found()
     derive.derive_run_tables(tmp_path, ["oom-a"], {"config_findings": {"safe_gpu_memory_utilization": 0.95}})
     assert "gpu_memory_utilization_high_with_oom" not in found()
+    with pytest.raises(ValueError, match="safe_gpu_memory_utilisation"):
+        derive.derive_run_tables(tmp_path, ["oom-a"], {"config_findings": {"safe_gpu_memory_utilisation": 0.9}})
 
 
 def test_counts_and_catalog(warehouse):
@@ -296,3 +298,20 @@ def test_rollout_tp_and_n_as_the_engine_ran_them(tmp_path):
     assert [(r[0], r[1], r[3]) for r in rows] == [("off-e", "rollout_n_mismatch", 2), ("off-e", "rollout_tp_mismatch", 1)]
     assert "n=4" in rows[0][2] and "n=8" in rows[0][2]
     assert "tensor_model_parallel_size=2" in rows[1][2] and "started with 1" in rows[1][2]
+
+
+def test_a_breakpoint_passed_long_before_the_stop_is_not_the_reason(tmp_path):
+    early, paused = RunBuilder("early-i", total_training_steps=10), RunBuilder("paused-j", total_training_steps=10)
+    early.line("(TaskRunner pid=5) Ray debugger is listening on 127.0.0.1:35523")
+    for s in (1, 2, 3):
+        early.step(s, timings())
+        paused.step(s, timings())
+    at = paused.line("(TaskRunner pid=5) Waiting for debugger to attach (see https://docs.ray.io/...)...")
+    for b in (early, paused):
+        b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["early-i", "paused-j"])
+    rows = dict(((r, (c, p, h, n)) for r, c, p, h, n in connect(tmp_path).execute(
+        "select run_id, failure_class, failure_phase, hang_reason, root_cause_line_no from run_summary").fetchall()))
+    assert rows["early-i"][:3] == ("hang", "gen", None)
+    assert rows["paused-j"][:2] == ("hang", "debugger") and "debugger" in rows["paused-j"][2]
+    assert rows["paused-j"][3] == at

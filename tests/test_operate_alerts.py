@@ -122,7 +122,8 @@ def test_runs_needing_attention_are_mailed(smtp_server, tmp_path):
     instance = DagsterInstance.ephemeral()
     result = summarising_job.execute_in_process(instance=instance)
     smtp = SmtpResource(host="127.0.0.1", port=controller.port, security="none",
-                        sender="verl-health@test.local", recipients=["ml@test.local"], timeout_s=5)
+                        sender="verl-health@test.local", recipients=["ml@test.local"], timeout_s=5,
+                        reports_url="https://health.test.local/reports/")
     context = build_run_status_sensor_context(
         sensor_name="run_attention_mail",
         dagster_instance=instance,
@@ -140,4 +141,5 @@ def test_runs_needing_attention_are_mailed(smtp_server, tmp_path):
     assert "oom-run: cuda_oom at step 42 of 100" in body
     assert "CUDA out of memory" in body and "memory_pressure" in body
     assert f"advice: {advice_text('failure_class', 'cuda_oom')}" in body and "gpu_memory_utilization" in body
+    assert "report: https://health.test.local/reports/runs/oom-run.html" in body
     assert "healthy-run" not in body

@@ -61,3 +61,25 @@ def test_new_runs_are_scored_with_the_stored_model(tmp_path):
 
     analyze_archive(archive, warehouse, reports, force=True, refit=True)
     assert json.loads(meta_path.read_text())["training"]["n_runs"] == 3
+
+
+def test_partition_ranges_never_span_a_run_left_out():
+    from pipeline.analysis import contiguous_ranges
+
+    assert contiguous_ranges(["a", "b", "c", "d", "e"], {"a", "b", "d"}) == [["a", "b"], ["d"]]
+    assert contiguous_ranges(["a", "b"], set()) == []
+
+
+def test_refit_alone_refits_an_unchanged_archive(tmp_path):
+    import json
+
+    from pipeline.analysis import analyze_archive
+
+    simulate(tmp_path / "sim", runs=2, seed=19)
+    archive, warehouse, reports = tmp_path / "sim" / "archive", tmp_path / "warehouse", tmp_path / "reports"
+    analyze_archive(archive, warehouse, reports)
+    meta_path = warehouse / "models" / "anomaly_model.json"
+    fitted_at = json.loads(meta_path.read_text())["fitted_at_unix"]
+    again = analyze_archive(archive, warehouse, reports, refit=True)
+    assert again.run_ids == []
+    assert json.loads(meta_path.read_text())["fitted_at_unix"] > fitted_at

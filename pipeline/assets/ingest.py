@@ -12,13 +12,12 @@ from dagster import (
     multi_asset,
 )
 
-from pipeline.incremental import REINGEST_TAG, ingest_is_current
+from pipeline.incremental import INGEST_TABLES, REINGEST_TAG, ingest_is_current
 from pipeline.ingest import ingest_run
 from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, lines_conserved, steps_contiguous
 from pipeline.resources import ArchiveResource, WarehouseResource
 
-INGEST_TABLES = ("runs", "log_lines", "step_metrics")
 PREVIEW_ROWS = 20
 
 

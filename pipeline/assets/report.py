@@ -70,6 +70,7 @@ def fleet_report_mail(context: AssetExecutionContext, reports: ReportsResource,
         sender=smtp.sender,
         recipients=smtp.recipients,
         subject=f"verl-health fleet report {report_day(context).isoformat()}",
+        report_url=f"{smtp.reports_url.rstrip('/')}/fleet/{report_path.name}" if smtp.reports_url else None,
     )
     send_mail(message, smtp.settings())
     return MaterializeResult(

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.incremental import INGEST_VERSION
 from pipeline.lake import RunBatchWriter, run_partition_dir, swap_into_place, write_run_table
 
 from .config import INT_FIELDS, STRING_FIELDS, TOTAL_STEPS, ConfigCollector, config_facts
@@ -102,7 +103,7 @@ RUNS_SCHEMA = pa.schema(
     + [(k, pa.string()) for k in STRING_FIELDS]
     + [(k, pa.int64()) for k in INT_FIELDS]
     + [("gpu_memory_utilization", pa.float64()), ("actor_lr", pa.float64())]
-    + [("config_json", pa.string()), ("verl_format", pa.string())]
+    + [("config_json", pa.string()), ("verl_format", pa.string()), ("ingest_version", pa.int32())]
 )
 KIND_NAMES = pa.array(KINDS, pa.string())
 SOURCE_RANK = "case source when 'console' then 0 when 'seed_kv' then 1 when 'seed_timing' then 1 else 2 end"
@@ -594,6 +595,7 @@ def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | No
             "ingested_at": datetime.now().replace(microsecond=0),
             **facts,
             "verl_format": _verl_format(t),
+            "ingest_version": INGEST_VERSION,
         }
         runs_path = write_run_table(
             warehouse, "runs", entry.run_id, pa.Table.from_pylist([row], schema=RUNS_SCHEMA)
