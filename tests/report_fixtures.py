@@ -91,6 +91,8 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
         cols[f"share_{p}"] = np.nan_to_num(phases[p]) / step_time
     cols["share_other"] = other / step_time
     cols["bottleneck_phase"] = np.array(["gen"] * n, dtype=object)
+    cols["total_tokens"] = np.full(n, 250_000.0)
+    cols["throughput"] = cols["total_tokens"] / (step_time * spec.n_gpus_per_node)
     put("step_phases", pa.table(cols))
 
     t = steps / max(n, 1)
@@ -216,6 +218,8 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
         "median_step_s": [float(np.nanmedian(step_time))], "goodput": [0.82 * last_step / expected],
         "resume_count": [0], "parse_completeness": [0.999], "wall_time_s": [wall],
         "last_line_file": ["train.log"], "last_line_no": pa.array([m], pa.int64()), "last_line_text": [lines[-1]],
+        # run_summary carries the facts of `runs`, as sql/run_summary.sql writes it
+        "first_ts": [started], "last_ts": [spec.ended_at], "mtime": [spec.ended_at], "ingested_at": [spec.ended_at],
         **shares, **{k: [v] for k, v in config.items()},
     }))
 
