@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_derive.py
 	$(PY) benchmarks/bench_detect.py
 	$(PY) benchmarks/bench_report.py
+	$(PY) benchmarks/bench_pipeline.py
 
 ui: $(STAMP)
 	$(VENV)/bin/dagster dev -w workspace.yaml
