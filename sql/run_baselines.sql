@@ -1,10 +1,12 @@
 -- Each run against the runs that started before it: of the same experiment, and of the same config
 -- group (model, rollout engine, GPUs, rollout n). Ratios above 1 mean this run is slower / spends more.
+-- Its outcome columns also give a run report the earlier runs of its experiment from one small file.
 with run as (
     select
-        run_id, experiment_name, failure_class, median_step_s,
-        share_gen, share_old_log_prob, share_update_actor, share_other,
+        run_id, experiment_name, failure_class, last_step, expected_steps, goodput, bottleneck_phase,
+        median_step_s, share_gen, share_old_log_prob, share_update_actor, share_other,
         coalesce(first_ts, mtime, ingested_at) as started_at,
+        coalesce(last_ts, mtime) as ended_at,
         concat_ws(' | ', coalesce(model_path, '?'), coalesce(rollout_engine, '?'),
                   (coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1))::varchar || ' GPUs',
                   'n=' || coalesce(rollout_n, 1)::varchar) as config_group
@@ -33,7 +35,8 @@ baselines as (
               rows between unbounded preceding and 1 preceding)
 )
 select
-    run_id, experiment_name, config_group, started_at, failure_class, median_step_s,
+    run_id, experiment_name, config_group, started_at, ended_at, failure_class, last_step, expected_steps,
+    goodput, bottleneck_phase, median_step_s,
     exp_prior_runs,
     exp_median_step_s,
     median_step_s / nullif(exp_median_step_s, 0) as exp_step_ratio,

@@ -73,3 +73,26 @@ def test_reports_agree_with_the_simulator_ground_truth(analyzed_fleet):
         for ep in lab["episodes"]:
             assert any(first <= ep["last_step"] + 2 and last >= ep["first_step"] - 2 and cls == ep["class"]
                        for first, last, cls in marked), (run_id, ep, marked)
+
+
+def test_earlier_runs_from_run_baselines_equal_those_from_run_summary(tmp_path):
+    from report_fixtures import build_warehouse, every_class_specs
+
+    from pipeline.derive import derive_fleet_tables
+    from pipeline.report import data
+
+    warehouse = build_warehouse(tmp_path / "wh", every_class_specs())
+    derive_fleet_tables(warehouse)
+    con = lake.connect(warehouse)
+    assert "ended_at" in data.columns(con, "run_baselines")
+    fallback = lake.connect(warehouse)
+    fallback.execute("drop view run_baselines")
+    keys = ("run_id", "failure_class", "last_step", "median_step_s", "ended_at")
+    compared = 0
+    for (run_id,) in con.execute("select run_id from run_summary").fetchall():
+        this = data.rows(con, "select * from run_summary where run_id = $r", {"r": run_id})[0]
+        fast = data._earlier_runs(con, run_id, this)
+        slow = data._earlier_runs(fallback, run_id, this)
+        assert [tuple(r[k] for k in keys) for r in fast] == [tuple(r[k] for k in keys) for r in slow], run_id
+        compared += len(fast)
+    assert compared > 0

@@ -301,8 +301,10 @@ def _ended_at(row: dict[str, Any]) -> datetime | None:
 def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
     """Read one run's tables; tables or columns missing from the warehouse come back empty."""
     run_id = lake.check_run_id(run_id)
-    # Earlier runs of the experiment come from the whole run_summary; the rest is this run's partitions.
-    con = lake.connect(warehouse, run_ids=[run_id], whole=("run_summary", "runs"))
+    # Earlier runs of the experiment come from the fleet table run_baselines (one file); a warehouse
+    # without it reads them from the whole run_summary, which opens every run's partition.
+    whole = () if lake.table_source(warehouse, "run_baselines") else ("run_summary", "runs")
+    con = lake.connect(warehouse, run_ids=[run_id], whole=whole)
     try:
         summary = _one(con, "run_summary", run_id)
         runs_row = _one(con, "runs", run_id)
@@ -416,6 +418,15 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
 def _earlier_runs(con, run_id: str, this: dict[str, Any]) -> list[dict[str, Any]]:
     """Up to ten earlier runs of the same experiment, newest first."""
     exp = this.get("experiment_name")
+    if exp and "ended_at" in columns(con, "run_baselines"):
+        return rows(
+            con,
+            "select run_id, failure_class, last_step, expected_steps, median_step_s, goodput, bottleneck_phase, "
+            "ended_at from run_baselines where experiment_name = $exp and run_id <> $run_id "
+            "and ($ended is null or ended_at is null or ended_at < $ended) "
+            "order by ended_at desc nulls last, run_id desc limit 10",
+            {"exp": exp, "run_id": run_id, "ended": _ended_at(this)},
+        )
     cols = set(columns(con, "run_summary"))
     if not exp or "experiment_name" not in cols:
         return []
