@@ -21,7 +21,7 @@ def test_instance_yaml_uses_the_queued_coordinator(tmp_path, monkeypatch):
 def test_dask_run_configs_validate(monkeypatch):
     from pipeline.definitions import defs
 
-    job = defs.get_job_def("run_assets_dask_job")
+    job = defs.resolve_job_def("run_assets_dask_job")
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:8786")
     for name in ("dask.yaml", "dask-local.yaml"):
         config = yaml.safe_load(Path(DEPLOY / name).read_text())
@@ -33,7 +33,7 @@ def test_multiprocess_run_config_validates():
 
     config = yaml.safe_load((DEPLOY / "multiprocess.yaml").read_text())
     for name in ("run_assets_job", "nightly_job"):
-        assert validate_run_config(defs.get_job_def(name), config), name
+        assert validate_run_config(defs.resolve_job_def(name), config), name
 
 
 def test_kubernetes_examples_parse():
