@@ -34,12 +34,8 @@ from dagster import (  # noqa: E402
     execute_job,
     materialize,
 )
-from dagster._core.storage.tags import (  # noqa: E402
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
-from pipeline.analysis import FLEET_DERIVED, RUN_DERIVED, analyze_archive  # noqa: E402
+from pipeline.analysis import FLEET_DERIVED, RUN_DERIVED, analyze_archive, partition_tags  # noqa: E402
 from pipeline.definitions import build_definitions  # noqa: E402
 from pipeline.executors import reconstructable_job, resources_run_config  # noqa: E402
 from pipeline.jobs import NIGHTLY_ASSETS  # noqa: E402
@@ -70,7 +66,7 @@ def _run_chunks(instance, run_config, run_ids, selection, n_chunks) -> None:
     job = reconstructable_job("run_assets_job")
 
     def launch(chunk):
-        tags = {ASSET_PARTITION_RANGE_START_TAG: chunk[0], ASSET_PARTITION_RANGE_END_TAG: chunk[-1]}
+        tags = partition_tags(chunk)
         with execute_job(
             job, instance, run_config=run_config, tags=tags, asset_selection=[AssetKey(a) for a in selection]
         ) as result:

@@ -52,9 +52,10 @@ def runs_needing_attention(warehouse, run_ids: list[str]) -> list[dict]:
     return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
-def run_attention_message(runs: list[dict], smtp, reports_url: str = "") -> EmailMessage:
+def run_attention_message(runs: list[dict], smtp) -> EmailMessage:
     """A plain-text mail listing newly analysed runs that failed or show anomalies, one paragraph each,
-    with the knowledge base's first changes to try for a failed run."""
+    with the knowledge base's first changes to try for a failed run and, when `smtp.reports_url` is
+    set, a link to each run's report."""
     from pipeline.detect.explain import advice_text
 
     msg = EmailMessage()
@@ -71,8 +72,8 @@ def run_attention_message(runs: list[dict], smtp, reports_url: str = "") -> Emai
             lines.append(f"  advice: {advice_text('failure_class', r['failure_class'])}")
         if r["anomalous_steps"]:
             lines.append(f"  {r['anomalous_steps']} anomalous steps: {', '.join(sorted(r['anomaly_classes']))}")
-        if reports_url:
-            lines.append(f"  report: {reports_url.rstrip('/')}/runs/{r['run_id']}.html")
+        if smtp.reports_url:
+            lines.append(f"  report: {smtp.reports_url.rstrip('/')}/runs/{r['run_id']}.html")
         parts.append("\n".join(lines))
     msg.set_content("\n\n".join(parts) + "\n")
     return msg

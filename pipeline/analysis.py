@@ -77,7 +77,7 @@ def analyze_entry(entry, warehouse: Path, reports: Path, limits=None, refit: boo
         mats[table] = {"rows": derive_run_table(warehouse, table, [entry.run_id])}
     for table in FLEET_DERIVED:
         derive_fleet_table(warehouse, table)
-    if refit or not (warehouse / "models" / "anomaly_model.joblib").is_file():
+    if refit or model_age_days(warehouse) is None:
         fit_anomaly_model(warehouse, AnomalyModelConfig())
     mats["step_anomalies"] = {"flagged_steps": score_runs(warehouse, [entry.run_id])}
     report_path = render_run_report(warehouse, entry.run_id, reports)
@@ -90,7 +90,8 @@ def analyze_entry(entry, warehouse: Path, reports: Path, limits=None, refit: boo
     verdict = f"{row[0]} at step {row[1]} of {row[2]}" if row else "no summary"
     return RunOutcome(entry.run_id, verdict, report_path, mats)
 
-def _range_tags(run_ids: list[str]) -> dict[str, str]:
+def partition_tags(run_ids: list[str]) -> dict[str, str]:
+    """Dagster run tags that select exactly `run_ids`, consecutive partitions (a range, or one key)."""
     if len(run_ids) == 1:
         return {"dagster/partition": run_ids[0]}
     return {ASSET_PARTITION_RANGE_START_TAG: run_ids[0], ASSET_PARTITION_RANGE_END_TAG: run_ids[-1]}
@@ -155,13 +156,13 @@ def analyze_archive(
                     run_config=QUIET_LOGS)
 
     for stretch in ranges:
-        ingest_tags = {**_range_tags(stretch), REINGEST_TAG: "true"} if force else _range_tags(stretch)
+        ingest_tags = {**partition_tags(stretch), REINGEST_TAG: "true"} if force else partition_tags(stretch)
         _run(["runs", "log_lines", "step_metrics", *RUN_DERIVED], ingest_tags)
     fit = refit or (bool(ordered) and model_refit_due(model_age_days(warehouse)))
     if ordered or fit:
         _run([*FLEET_DERIVED, "anomaly_model"] if fit else list(FLEET_DERIVED))
     for stretch in ranges:
-        _run(["step_anomalies", "run_report"], _range_tags(stretch))
+        _run(["step_anomalies", "run_report"], partition_tags(stretch))
     fleet_selection = ["fleet_report", "fleet_report_mail"] if mail else ["fleet_report"]
     _run(fleet_selection)
     refresh_catalog(warehouse)

@@ -62,13 +62,13 @@ def _analyze_one(args: argparse.Namespace) -> int:
         print("error: --run analyses into a local warehouse and sends no mail; run `analyze ARCHIVE` for "
               "s3:// warehouses or --mail", file=sys.stderr)
         return 2
+    archive = archive_from_env(args.archive or ".", args.quiet_period)
     try:
-        entry = resolve_entry(args.run, args.archive or ".", quiet_period_s=args.quiet_period)
+        entry = resolve_entry(args.run, archive.root, archive.quiet_period_s)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    outcome = analyze_entry(entry, Path(args.warehouse), Path(args.reports), archive_from_env(entry.path).limits(),
-                            refit=args.refit)
+    outcome = analyze_entry(entry, Path(args.warehouse), Path(args.reports), archive.limits(), refit=args.refit)
     print(f"{outcome.run_id}: {outcome.verdict}")
     print(f"run report:   {outcome.report_path}")
     return 0

@@ -6,6 +6,7 @@ as hive partitions; fleet tables are recomputed whole. No value is ever formatte
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tomllib
 import uuid
@@ -57,16 +58,21 @@ _EMPTY_SHAPES = {
 }
 
 
-def default_thresholds() -> dict[str, dict[str, float]]:
-    """The thresholds each SQL file binds as `$thresholds`, by table (from derive_thresholds.toml)."""
+@functools.cache
+def _thresholds_file() -> dict[str, dict[str, float]]:
     with THRESHOLDS_FILE.open("rb") as fh:
         return tomllib.load(fh)
+
+
+def default_thresholds() -> dict[str, dict[str, float]]:
+    """The thresholds each SQL file binds as `$thresholds`, by table (from derive_thresholds.toml)."""
+    return {table: dict(values) for table, values in _thresholds_file().items()}
 
 
 def _params(name: str, run_ids: list[str], thresholds: Mapping[str, Mapping[str, float]] | None) -> dict:
     """The bound parameters of `sql/<name>.sql`: the run ids, and its thresholds if it has any."""
     params: dict = {"run_ids": run_ids}
-    defaults = default_thresholds().get(name)
+    defaults = _thresholds_file().get(name)
     overrides = dict((thresholds or {}).get(name) or {})
     unknown = set(overrides) - set(defaults or {})
     if unknown:

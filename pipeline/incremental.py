@@ -24,9 +24,10 @@ def recorded_source(warehouse: str | Path, run_id: str) -> tuple[str, float | No
     part = run_partition_dir(warehouse, "runs", run_id) / "part-0.parquet"
     if not part.is_file():
         return None
-    if "ingest_version" not in pq.read_schema(part).names:
+    parquet = pq.ParquetFile(part)
+    if "ingest_version" not in parquet.schema_arrow.names:
         return None
-    row = pq.read_table(part, columns=["source_path", "mtime", "ingest_version"]).to_pylist()
+    row = parquet.read(columns=["source_path", "mtime", "ingest_version"]).to_pylist()
     if not row or row[0]["ingest_version"] != INGEST_VERSION:
         return None
     mtime = row[0]["mtime"]

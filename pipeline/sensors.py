@@ -128,4 +128,4 @@ def run_attention_mail(context: RunStatusSensorContext, smtp: SmtpResource, ware
     if not smtp.enabled:
         context.log.info(f"{len(runs)} runs need attention; mail not configured")
         return
-    send_mail(run_attention_message(runs, smtp, smtp.reports_url), smtp.settings())
+    send_mail(run_attention_message(runs, smtp), smtp.settings())

@@ -236,17 +236,17 @@ hang_sign as (
     from (
         select
             l.run_id, l.file, l.line_no, regexp_replace(l.text, '^\s*\([^)]*\)\s*', '') as text,
-            case when l.text like '%file_system_monitor%is over 95% full%' then 2 else 1 end as priority,
-            case when l.text like '%file_system_monitor%is over 95% full%'
+            case when l.disk_full then 2 else 1 end as priority,
+            case when l.disk_full
                  then 'Ray''s session disk is over 95% full, so object spilling and logging fail'
                  else 'paused at a Ray debugger breakpoint, waiting for a debugger (not a failure)' end as reason,
-            case when l.text like '%file_system_monitor%is over 95% full%' then null else 'debugger' end as phase
-        from lines as l
+            case when not l.disk_full then 'debugger' end as phase
+        from (select *, text like '%file_system_monitor%is over 95% full%' as disk_full from lines) as l
         join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
         -- either explains a stop only when the log shows it after the last step line
         where (l.step > s.last_step or s.last_step = 0)
-          and (l.text like '%Ray debugger is listening%' or l.text like '%Waiting for debugger to attach%'
-               or l.text like '%file_system_monitor%is over 95% full%')
+          and (l.disk_full or l.text like '%Ray debugger is listening%'
+               or l.text like '%Waiting for debugger to attach%')
     )
     group by all
 ),

@@ -6,6 +6,7 @@ import pyarrow.parquet as pq
 from dagster import DagsterInstance, materialize
 from operate_support import write_run
 
+from pipeline.analysis import partition_tags
 from pipeline.assets import ingest as ingest_assets
 from pipeline.definitions import build_definitions
 from pipeline.incremental import REINGEST_TAG
@@ -21,8 +22,7 @@ def _materialize(tmp_path, run_ids, selection, **extra_tags):
     defs = build_definitions(tmp_path / "archive", tmp_path / "wh", tmp_path / "reports", quiet_period_s=0)
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, run_ids)
-    tags = ({"dagster/asset_partition_range_start": run_ids[0], "dagster/asset_partition_range_end": run_ids[-1]}
-            if len(run_ids) > 1 else {"dagster/partition": run_ids[0]})
+    tags = partition_tags(run_ids)
     return materialize(list(defs.assets), instance=instance, resources=defs.resources, selection=selection,
                        tags={**tags, **extra_tags}, raise_on_error=False)
 
