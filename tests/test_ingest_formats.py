@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from pipeline.ingest import IngestLimits
 from tests.test_ingest_helpers import ingest_root, ingest_text, same, values
 
 NP2 = (
@@ -254,3 +255,40 @@ def test_zip_and_gzipped_logs_inside_a_folder_read_like_the_plain_folder(tmp_pat
         got = by_file(runs[name])
         assert got.keys() == want.keys() and all(same(got[k], want[k]) for k in want), name
         assert len(runs[name].lines) == len(runs["plain"].lines), name
+
+
+def _memory_line(allocated: str, reserved: str = "1.00") -> str:
+    return (
+        f"(WorkerDict pid=2) DEBUG:2025-06-28 18:06:41,828:Before update_policy, memory allocated (GB): "
+        f"{allocated}, memory reserved (GB): {reserved}\n"
+    )
+
+
+@pytest.mark.parametrize("block_bytes", [2**20, 300])
+def test_memory_maximum_per_step_across_blocks_and_segments(tmp_path, block_bytes):
+    """The largest value per step and key, whatever the blocks; its earliest line on ties; after a resume
+    the later segment's value of a repeated step wins."""
+    text = (
+        "step:1 - a:1\n"
+        + _memory_line("2.00")  # line 2: step 2 in progress
+        + _memory_line("7.50")  # line 3: the maximum...
+        + _memory_line("3.00")
+        + _memory_line("7.50")  # line 5: ...tied, later
+        + "step:2 - a:2\n"
+        + _memory_line("9.00", reserved="4.00")  # step 3, segment 0
+        + "step:1 - a:1\n"  # a resume repeats steps 1 and 2: segment 1
+        + "step:2 - a:2\n"
+        + _memory_line("1.25")  # step 3, segment 1: wins over 9.00
+    )
+    run = ingest_text(tmp_path, text, limits=IngestLimits(block_bytes=block_bytes))
+    mem = {(m["step"], m["key"]): m for m in run.metrics if m["source"] == "memory_line"}
+    assert {k: m["value"] for k, m in mem.items()} == {
+        (2, "memory/allocated_gb_max"): 7.5,
+        (2, "memory/reserved_gb_max"): 1.0,
+        (3, "memory/allocated_gb_max"): 1.25,
+        (3, "memory/reserved_gb_max"): 1.0,
+    }
+    assert mem[(2, "memory/allocated_gb_max")]["line_no"] == 3
+    assert mem[(2, "memory/reserved_gb_max")]["line_no"] == 2
+    assert mem[(3, "memory/allocated_gb_max")]["segment"] == 1
+    assert mem[(3, "memory/allocated_gb_max")]["line_no"] == 10

@@ -46,10 +46,12 @@ from .lines import (
 )
 from .readers import IngestLimits, iter_files
 from .steps import (
+    MEMORY_KEYS,
     SOURCE_NAMES,
     SRC_JSONL,
     SRC_MEMORY,
     SRC_SEED_TIMING,
+    MemoryRows,
     StepRows,
     parse_memory_lines,
     parse_step_lines,
@@ -125,6 +127,7 @@ qualify row_number() over (
 order by step, key
 """
 SOURCES = pa.array(SOURCE_NAMES, pa.string())
+MEMORY_KEY_NAMES = pa.array(MEMORY_KEYS, pa.string())
 
 
 @dataclass
@@ -223,7 +226,9 @@ class _RunIngest:
         self.limits = limits
         self.problems: list[str] = []
         self.totals = RunTotals()
-        self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
+        self.log_writer = RunBatchWriter(
+            warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA, plain=("text", "line_no", "ts")
+        )
         # the metric rows in `step_metrics` form: moved into the lake as they are, unless a (step, key)
         # can occur twice, when DuckDB reconciles them into a new file
         self.raw_path = scratch / "step_metrics" / "part-0.parquet"
@@ -404,6 +409,8 @@ class _RunIngest:
         return seg, ctx
 
     def _write_rows(self, rows: StepRows, seg: np.ndarray, ctx: np.ndarray, name: str, first: int) -> None:
+        for memory in rows.memory:
+            self._add_memory(memory, seg, ctx, name, first)
         table = rows.table()
         if table.num_rows == 0:
             return
@@ -418,24 +425,6 @@ class _RunIngest:
         segment[source == SRC_JSONL] = -1
         if (source == SRC_JSONL).any() or (source == SRC_SEED_TIMING).any():
             self.needs_reconcile = True
-        memory = source == SRC_MEMORY
-        if memory.any():
-            self._add_memory(
-                step[memory],
-                segment[memory],
-                table.column("key").filter(memory),
-                table.column("value").filter(memory),
-                idx[memory] + first,
-                name,
-            )
-            keep = ~memory
-            table, step, segment, source, idx = (
-                table.filter(keep),
-                step[keep],
-                segment[keep],
-                source[keep],
-                idx[keep],
-            )
         n = table.num_rows
         out = pa.table(
             {
@@ -454,19 +443,23 @@ class _RunIngest:
         self.n_raw_rows += n
         self.steps.update(pc.unique(out.column("step")).to_pylist())
 
-    def _add_memory(self, step, segment, key, value, line_no, name: str) -> None:
-        """Keep the largest value per (segment, step, key) of this block, with the line it came from."""
-        t = pa.table(
-            {
-                "segment": segment,
-                "step": step,
-                "key": key,
-                "value": value,
-                "file": pa.array([name], pa.string()).take(pa.array(np.zeros(len(step), dtype=np.int32))),
-                "line_no": line_no,
-            }
+    def _add_memory(self, memory: MemoryRows, seg: np.ndarray, ctx: np.ndarray, name: str, first: int) -> None:
+        """Keep the largest value of each run of rows of one (segment, step, key) in this block, with its
+        earliest line. Few rows per step are left for `_memory_table`, which reduces them exactly."""
+        step, segment = ctx[memory.line_idx], seg[memory.line_idx]
+        at, best, line = run_maxima([memory.key, segment, step], memory.value, memory.line_idx + first)
+        self.memory.append(
+            pa.table(
+                {
+                    "segment": pa.array(segment[at], pa.int32()),
+                    "step": pa.array(step[at], pa.int64()),
+                    "key": MEMORY_KEY_NAMES.take(pa.array(memory.key[at])),
+                    "value": pa.array(best, pa.float64()),
+                    "file": pa.array([name] * len(at), pa.string()),
+                    "line_no": pa.array(line, pa.int64()),
+                }
+            )
         )
-        self.memory.append(_largest(t))
 
     def _memory_table(self) -> pa.Table:
         """The memory values of the steps: the largest, the later segment winning."""
@@ -483,7 +476,7 @@ class _RunIngest:
                 "step": first.column("step"),
                 "key": first.column("key"),
                 "value": first.column("value_first"),
-                "source": pa.array(["memory_line"] * n, pa.string()),
+                "source": pa.array([SOURCE_NAMES[SRC_MEMORY]] * n, pa.string()),
                 "segment": first.column("segment_first"),
                 "file": first.column("file_first"),
                 "line_no": first.column("line_no_first"),
@@ -525,6 +518,23 @@ class _RunIngest:
         finally:
             con.close()
         return path, len(self.steps), counted[0]
+
+
+def run_maxima(
+    keys: list[np.ndarray], value: np.ndarray, line_no: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Over each run of adjacent rows with equal `keys`: its first row, largest value, and the smallest
+    line number holding that value. One pass of numpy, no sort: memory lines arrive in line order,
+    so one (segment, step, key) is usually one run.
+    """
+    change = np.zeros(len(value), dtype=bool)
+    change[:1] = True
+    for k in keys:
+        change[1:] |= k[1:] != k[:-1]
+    first = np.flatnonzero(change)
+    best = np.maximum.reduceat(value, first)
+    at_best = np.where(value == best[np.cumsum(change) - 1], line_no, np.iinfo(np.int64).max)
+    return first, best, np.minimum.reduceat(at_best, first)
 
 
 def _largest(t: pa.Table) -> pa.Table:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .lines import _mask
+from .lines import _mask, split_once
 
 STEP_HEAD_RE = r"(?:^|\s)step:(?P<step>\d+) - "
 STEP_HEAD = re.compile(STEP_HEAD_RE)
@@ -53,6 +53,7 @@ class StepRows:
     source: list = field(default_factory=list)
     line_idx: list = field(default_factory=list)
     arrow: list = field(default_factory=list)  # vectorised parts: pa.Table with the same columns
+    memory: list = field(default_factory=list)  # MemoryRows of the memory lines
     events: list = field(default_factory=list)  # (line_idx, step) of console/seed step lines
     tails: list = field(default_factory=list)  # last pieces of wrapped step lines not classified as such
     n_step_lines: int = 0
@@ -91,6 +92,15 @@ class StepRows:
         if not parts:
             return ROWS_SCHEMA.empty_table()
         return pa.concat_tables(parts)
+
+
+@dataclass
+class MemoryRows:
+    """Values of GPU memory lines, each key's rows in line order (their step is the step in progress)."""
+
+    key: np.ndarray  # int8 codes into MEMORY_KEYS
+    value: np.ndarray  # float64
+    line_idx: np.ndarray  # int64, the line in the block
 
 
 ROWS_SCHEMA = pa.schema(
@@ -238,11 +248,10 @@ def _parse_console(rest: pa.StringArray, starts: np.ndarray, steps: np.ndarray, 
     """Split `key:value - key:value` pairs text into rows, all with Arrow kernels."""
     pairs = pc.split_pattern(rest, " - ")
     parent = pc.list_parent_indices(pairs).to_numpy()
-    kv = pc.split_pattern(pc.list_flatten(pairs), ":", max_splits=1, reverse=True)
-    n = len(kv)
-    key = pc.list_element(kv, 0)
-    # an item without ":" has no value: a failure
-    val = pc.utf8_trim_whitespace(_nth(kv, 1))
+    key, val, _ = split_once(pc.list_flatten(pairs), ":", last=True)
+    n = len(key)
+    # an item without ":" has no value (null): a failure
+    val = pc.utf8_trim_whitespace(val)
     is_np = _mask(pc.starts_with(val, "np."))
     if is_np.any():
         at = np.flatnonzero(is_np)
@@ -284,13 +293,13 @@ def _unwrap_np(val: pa.StringArray) -> tuple[pa.StringArray, np.ndarray]:
     The form is `^np\\.[a-z]+\\d*\\(([^()]*)\\)?$` without a regex per value: the distinct heads are
     checked once. An `x` holding a bracket passes here but fails as a number just the same.
     """
-    parts = pc.split_pattern(val, "(", max_splits=1)
-    head = pc.dictionary_encode(pc.list_element(parts, 0))
+    head, tail, bracket = split_once(val, "(", last=False)
+    head = pc.dictionary_encode(head)
     head_ok = _mask(pc.match_substring_regex(head.dictionary, NP_HEAD_RE))[head.indices.to_numpy()]
-    tail = pc.fill_null(_nth(parts, 1), "")
+    tail = pc.fill_null(tail, "")
     inner = pc.utf8_rtrim(tail, ")")
     one_bracket = pc.subtract(pc.binary_length(tail), pc.binary_length(inner)).to_numpy() <= 1
-    return inner, head_ok & one_bracket & (pc.list_value_length(parts).to_numpy() == 2)
+    return inner, head_ok & one_bracket & bracket
 
 
 def _numbers(val: pa.StringArray) -> tuple[np.ndarray, pa.Array]:
@@ -360,7 +369,8 @@ def _parse_seed_timing(line: str, start: int, rows: StepRows) -> None:
 
 
 def parse_memory_lines(text: pa.StringArray, idx: np.ndarray, rows: StepRows) -> None:
-    """GPU memory lines as `memory/*` rows of the step in progress (aggregated by max later).
+    """GPU memory lines as `memory/*` values of the step in progress, into `rows.memory` (aggregated by
+    max later).
 
     `<head>, memory allocated (GB): A, memory reserved (GB): R[, device memory used/total (GB): U/T]`
     """
@@ -368,24 +378,19 @@ def parse_memory_lines(text: pa.StringArray, idx: np.ndarray, rows: StepRows) ->
         return
     parts = pc.split_pattern(text.take(pa.array(idx)), " (GB): ")
     n_parts = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
-    fields = [_nth(pc.split_pattern(_nth(parts, i), ",", max_splits=1), 0) for i in (1, 2)]
-    device = pc.split_pattern(_nth(parts, 3), "/", max_splits=1)
-    fields += [_nth(device, 0), _nth(device, 1)]
+    fields = [split_once(_nth(parts, i), ",", last=False)[0] for i in (1, 2)]
+    used, total, _ = split_once(_nth(parts, 3), "/", last=False)
+    fields += [used, total]
     value = pa.concat_arrays(fields)
     good = _mask(pc.match_substring_regex(value, r"^\d+(?:\.\d*)?$")) & np.tile(n_parts >= 3, len(fields))
     sel = np.flatnonzero(good)
     if len(sel) == 0:
         return
-    key = np.repeat(np.arange(len(fields)), len(idx))[sel]
-    rows.arrow.append(
-        pa.table(
-            {
-                "step": pa.array(np.full(len(sel), -1, dtype=np.int64)),
-                "key": pa.array(MEMORY_KEYS).take(pa.array(key)),
-                "value": pc.cast(value.take(pa.array(sel)), pa.float64()),
-                "source": pa.array(np.full(len(sel), SRC_MEMORY, dtype=np.int8)),
-                "line_idx": pa.array(np.tile(idx.astype(np.int64), len(fields))[sel]),
-            }
+    rows.memory.append(
+        MemoryRows(
+            key=np.repeat(np.arange(len(fields), dtype=np.int8), len(idx))[sel],
+            value=pc.cast(value.take(pa.array(sel)), pa.float64()).to_numpy(),
+            line_idx=np.tile(idx.astype(np.int64), len(fields))[sel],
         )
     )
 
@@ -395,3 +400,4 @@ def _nth(lists: pa.Array, i: int) -> pa.Array:
     lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
     pos = np.where(lengths > i, np.cumsum(lengths) - lengths + i, -1)
     return pc.list_flatten(lists).take(pa.array(pos, mask=pos < 0))
+

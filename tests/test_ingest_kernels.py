@@ -1,0 +1,76 @@
+"""The vectorised helpers of ingest give exactly what the plain Arrow / Python formulations give."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from pipeline.ingest.lines import split_once
+from pipeline.ingest.run import run_maxima
+
+TRICKY = ["", ":", "::", "a", "a:b", "a:b:c", "é:ü:1.5", "key: 1.0", ":tail", "head:", None, "np.float64(1.5)", "(("]
+
+
+def _random_items(seed: int, n: int) -> list[str | None]:
+    rng = random.Random(seed)
+    alphabet = "ab:(é -1"
+    return [
+        None if rng.random() < 0.05 else "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 9)))
+        for _ in range(n)
+    ]
+
+
+def _reference(items: pa.Array, sep: str, last: bool) -> tuple[list, list]:
+    parts = pc.split_pattern(items, sep, max_splits=1, reverse=last).to_pylist()
+    before = [None if p is None else p[0] for p in parts]
+    after = [None if p is None or len(p) < 2 else p[1] for p in parts]
+    return before, after
+
+
+@pytest.mark.parametrize("sep", [":", "("])
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_split_once_matches_arrow_split(sep: str, last: bool, seed: int) -> None:
+    values = TRICKY + _random_items(seed, 500)
+    # a slice, so that the array's offset and its data buffer's start are not zero
+    items = pa.array(["pad:(", *values], pa.string()).slice(1)
+    before, after, found = split_once(items, sep, last=last)
+    want_before, want_after = _reference(items, sep, last)
+    assert before.to_pylist() == want_before
+    assert after.to_pylist() == want_after
+    assert found.tolist() == [a is not None for a in want_after]
+
+
+def test_split_once_on_chosen_rows() -> None:
+    items = pa.array(["(Worker pid=1) x", "no prefix", "(raylet) y", "(open", "(a) (b)"], pa.string())
+    rows = np.array([0, 2, 3, 4])
+    before, after, found = split_once(items, ")", rows=rows)
+    assert before.to_pylist() == ["(Worker pid=1", "(raylet", "(open", "(a"]
+    assert after.to_pylist() == [" x", " y", None, " (b)"]
+    assert found.tolist() == [True, True, False, True]
+    empty = split_once(items, ")", rows=np.array([], dtype=np.int64))
+    assert empty[0].to_pylist() == [] and empty[2].tolist() == []
+
+
+def test_run_maxima_per_run_of_equal_keys() -> None:
+    rng = np.random.default_rng(5)
+    n = 2000
+    key = np.sort(rng.integers(0, 4, n)).astype(np.int8)
+    step = rng.integers(0, 6, n)
+    step.sort(kind="stable")
+    value = rng.integers(0, 5, n).astype(np.float64)  # many ties: the earliest line must win
+    line_no = np.arange(n) * 3 + 7
+    first, best, line = run_maxima([key, step], value, line_no)
+    runs: list[list[int]] = []
+    for i in range(n):
+        if i and key[i] == key[i - 1] and step[i] == step[i - 1]:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    assert first.tolist() == [r[0] for r in runs]
+    assert best.tolist() == [max(value[r]) for r in runs]
+    assert line.tolist() == [min(line_no[i] for i in r if value[i] == max(value[r])) for r in runs]
