@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pipeline.ingest.lines import split_once
+from pipeline.ingest.lines import ANSI_RE, _has_crlf, _strip_ansi, split_once
 from pipeline.ingest.run import run_maxima
 
-TRICKY = ["", ":", "::", "a", "a:b", "a:b:c", "é:ü:1.5", "key: 1.0", ":tail", "head:", None, "np.float64(1.5)", "(("]
+TRICKY = ["", ":", "::", "a", "a:b", "a:b:c", "é:ü:1.5", "key: 1.0", ":tail", "head:", None]
+TRICKY += ["np.float64(1.5)", "(("]
 
 
 def _random_items(seed: int, n: int) -> list[str | None]:
@@ -74,3 +76,21 @@ def test_run_maxima_per_run_of_equal_keys() -> None:
     assert first.tolist() == [r[0] for r in runs]
     assert best.tolist() == [max(value[r]) for r in runs]
     assert line.tolist() == [min(line_no[i] for i in r if value[i] == max(value[r])) for r in runs]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_strip_ansi_removes_what_the_regex_removes(seed: int) -> None:
+    rng = random.Random(seed)
+    pieces = [b"\x1b[36m", b"\x1b[0m", b"\x1b[1;31m", b"\x1b[?25l", b"\x1b(B", b"\x1b="]
+    pieces += [b"\x1b", b"\x1b[", b"\x1b[12"]  # cut sequences: kept
+    words = [b"(TaskRunner pid=1) ", b"step:1 - a:1", b"\n", b"\r", b"x", b"\xc3\xa9", b"[", b"m", b"0"]
+    raw = b"".join(rng.choice(pieces if rng.random() < 0.3 else words) for _ in range(3000)) + b"\n"
+    assert _strip_ansi(raw).to_pybytes() == re.sub(ANSI_RE.encode(), b"", raw)
+    assert _strip_ansi(b"\x1b[0m\n").to_pybytes() == b"\n"
+
+
+def test_crlf_is_told_from_tqdm_carriage_returns() -> None:
+    assert not _has_crlf(b"10%|#  | 1/10\r20%|## | 2/10\rdone\n")
+    assert _has_crlf(b"a\r\n")
+    assert not _has_crlf(b"a\rb\r")
+    assert not _has_crlf(b"")
