@@ -119,18 +119,11 @@ def write_run_table(
 class RunBatchWriter:
     """Streams record batches into one run's partition; `commit()` swaps it into place atomically."""
 
-    def __init__(
-        self, warehouse: str | Path, table: str, run_id: str, schema: pa.Schema, plain: tuple[str, ...] = ()
-    ):
-        """`plain`: columns written without a dictionary (mostly distinct values, such as log text:
-        the dictionary costs time and, once it overflows, space)."""
+    def __init__(self, warehouse: str | Path, table: str, run_id: str, schema: pa.Schema):
         self.final_dir = run_partition_dir(warehouse, table, run_id)
         self.schema = schema
         self.staging = _staging_dir(warehouse, table)
-        dictionary = [name for name in schema.names if name not in plain]
-        self._writer = pq.ParquetWriter(
-            self.staging / "part-0.parquet", schema, compression="zstd", use_dictionary=dictionary
-        )
+        self._writer = pq.ParquetWriter(self.staging / "part-0.parquet", schema, compression="zstd")
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:

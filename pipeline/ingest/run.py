@@ -226,9 +226,7 @@ class _RunIngest:
         self.limits = limits
         self.problems: list[str] = []
         self.totals = RunTotals()
-        self.log_writer = RunBatchWriter(
-            warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA, plain=("text", "line_no", "ts")
-        )
+        self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
         # the metric rows in `step_metrics` form: moved into the lake as they are, unless a (step, key)
         # can occur twice, when DuckDB reconciles them into a new file
         self.raw_path = scratch / "step_metrics" / "part-0.parquet"
