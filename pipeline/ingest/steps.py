@@ -245,7 +245,7 @@ def _clean_rests(rest: pa.StringArray) -> pa.StringArray:
 
 
 def _parse_console(rest: pa.StringArray, starts: np.ndarray, steps: np.ndarray, rows: StepRows) -> None:
-    """Split `key:value - key:value` pairs text into rows, all with Arrow kernels."""
+    """Split `key:value - key:value` pairs text into rows, with Arrow kernels and numpy only."""
     pairs = pc.split_pattern(rest, " - ")
     parent = pc.list_parent_indices(pairs).to_numpy()
     key, val, _ = split_once(pc.list_flatten(pairs), ":", last=True)
@@ -400,4 +400,3 @@ def _nth(lists: pa.Array, i: int) -> pa.Array:
     lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
     pos = np.where(lengths > i, np.cumsum(lengths) - lengths + i, -1)
     return pc.list_flatten(lists).take(pa.array(pos, mask=pos < 0))
-
