@@ -19,10 +19,11 @@ import duckdb
 
 from pipeline.ingest import lines as L
 
-LINES = (
-    "read_csv($files, columns={'line': 'VARCHAR'}, header=false, delim='\\x01', quote='', escape='', "
-    "auto_detect=false, strict_mode=false, filename=true)"
+READ_OPTIONS = (
+    "columns={'line': 'VARCHAR'}, header=false, delim='\\x01', quote='', escape='', auto_detect=false, "
+    "strict_mode=false"
 )
+LINES = f"read_csv($files, {READ_OPTIONS})"
 CLASSIFY_SQL = f"""
 select filename as file, line,
     case when regexp_matches(line, getvariable('re_step')) then 'step_metrics'
@@ -37,7 +38,7 @@ select filename as file, line,
     try_cast(nullif(regexp_extract(line, getvariable('re_prefix'), 2), '') as bigint) as pid,
     nullif(regexp_extract(line, getvariable('re_phase'), 1), '') as phase_hint,
     nullif(regexp_extract(line, getvariable('re_ts'), 1), '') as ts
-from {LINES}
+from read_csv($files, {READ_OPTIONS}, filename=true)
 """
 # variables, not parameters, hold the patterns: DuckDB compiles a constant pattern once per query
 PATTERNS = [

@@ -58,6 +58,5 @@ def split_changed(entries, warehouse: str | Path, reports: str | Path) -> tuple[
     """Finished entries split into (new or changed run_ids, unchanged run_ids), both sorted."""
     todo, unchanged = [], []
     for entry in entries:
-        if entry.finished:
-            (unchanged if is_unchanged(entry, warehouse, reports) else todo).append(entry.run_id)
+        (unchanged if is_unchanged(entry, warehouse, reports) else todo).append(entry.run_id)
     return sorted(todo), sorted(unchanged)

@@ -250,6 +250,15 @@ hang_sign as (
     )
     group by all
 ),
+hang_line as (
+    -- the line a hung run is reported by: a debugger breakpoint, else the last sign of work, else
+    -- Ray's full disk
+    select run_id,
+           unnest(case when hs.priority = 1 or ta.run_id is null
+                       then {'file': hs.file, 'line_no': hs.line_no, 'text': hs.text}
+                       else {'file': ta.file, 'line_no': ta.line_no, 'text': ta.text} end)
+    from hang_sign as hs full join tail_activity as ta using (run_id)
+),
 last_line as (
     select run_id, arg_max(file, [coalesce(epoch(ts), 0), line_no]) as file,
            arg_max(line_no, [coalesce(epoch(ts), 0), line_no]) as line_no,
@@ -280,14 +289,11 @@ select
     s.last_step,
     s.expected_steps,
     s.last_step / nullif(s.expected_steps, 0) as completion,
-    case when v.failure_class = 'hang' and hs.priority = 1 then hs.file
-         when v.failure_class = 'hang' then coalesce(ta.file, hs.file)
+    case when v.failure_class = 'hang' then hl.file
          when v.failure_class <> 'completed' then rt.root_cause_file end as root_cause_file,
-    case when v.failure_class = 'hang' and hs.priority = 1 then hs.line_no
-         when v.failure_class = 'hang' then coalesce(ta.line_no, hs.line_no)
+    case when v.failure_class = 'hang' then hl.line_no
          when v.failure_class <> 'completed' then rt.root_cause_line_no end as root_cause_line_no,
-    case when v.failure_class = 'hang' and hs.priority = 1 then hs.text
-         when v.failure_class = 'hang' then coalesce(ta.text, hs.text)
+    case when v.failure_class = 'hang' then hl.text
          when v.failure_class <> 'completed' then rt.root_cause_text end as root_cause_text,
     case when v.failure_class = 'hang' then hs.reason end as hang_reason,
     case when v.failure_class not in ('completed', 'hang') then rt.root_cause_event end as root_cause_event,
@@ -330,6 +336,7 @@ left join verdict as v using (run_id)
 left join root as rt using (run_id)
 left join tail_activity as ta using (run_id)
 left join hang_sign as hs using (run_id)
+left join hang_line as hl using (run_id)
 left join started as sd using (run_id)
 left join driver_phase as dp using (run_id)
 left join last_line as ll using (run_id)

@@ -463,7 +463,7 @@ class _RunIngest:
         """The memory values of the steps: the largest, the later segment winning."""
         if not self.memory:
             return STEP_METRICS_SCHEMA.empty_table()
-        t = _largest(pa.concat_tables([m.cast(self.memory[0].schema) for m in self.memory]))
+        t = _largest(pa.concat_tables(self.memory))
         t = t.sort_by([("step", "ascending"), ("key", "ascending"), ("segment", "descending")])
         first = t.group_by(["step", "key"], use_threads=False).aggregate(
             [(c, "first") for c in ("value", "segment", "file", "line_no")]
