@@ -18,8 +18,11 @@ with patterns(priority, event_class, pattern) as (
         (22, 'device_oom', 'Ran out of memory in memory space hbm|RESOURCE_EXHAUSTED|HBM OOM'),
         (23, 'nccl_timeout', 'Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|NCCL.{0,40}time(d)? ?out|taking the entire process down'),
         (24, 'nccl_error', 'NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|DistBackendError|ProcessGroupNCCL'),
-        (25, 'distributed_init_error', 'TCPStore|c10d|rendezvous|Connection reset by peer|invalid nonce'),
-        (30, 'actor_died', 'ActorDiedError|The actor died unexpectedly|The actor is dead because|A worker died or was killed|Worker exit type: SYSTEM_ERROR|actor died'),
+        -- torch.distributed's rendezvous failing: the processes never met (a communication failure)
+        (25, 'distributed_init_error', 'TCPStore|c10d|[Rr]endezvous|DistNetworkError|DistStoreError|invalid nonce|nonce == returnedNonce'),
+        -- raylet's notice that a worker process is gone: the driver's ActorDiedError says which task it took
+        (29, 'worker_died', 'A worker died or was killed|Worker exit type: SYSTEM_ERROR'),
+        (30, 'actor_died', 'ActorDiedError|The actor died unexpectedly|The actor is dead because|actor died'),
         (31, 'actor_unavailable', 'ActorUnavailableError|RaySystemError|ObjectLostError|OwnerDiedError'),
         (34, 'engine_traceback', 'Scheduler hit an exception|EngineCore failed to start|Engine core initialization failed|EngineCore encountered'),
         (35, 'vllm_engine_error', 'EngineDeadError|No available memory for the cache blocks|maximum number of tokens that can be stored in KV cache|Not enough memory\. Please try to increase --mem-fraction-static|run_headless failed|Error aborting requests|should be less than or equal to max_position_embeddings|AsyncEngineDeadError|vllm\.[\w.]*Error|sglang\.[\w.]*Error'),
@@ -27,9 +30,13 @@ with patterns(priority, event_class, pattern) as (
         (40, 'nan', 'grad_norm is not finite|[Ll]oss (is|became) (nan|NaN|inf)|\b(NaN|nan|inf) (loss|detected)|contains (NaN|nan|inf)|probability tensor contains either|non-finite|FloatingPointError'),
         (45, 'disk_full', 'No space left on device|Disk quota exceeded'),
         (46, 'disk_pressure', 'is over \d+% full'),
-        (50, 'keyboard_interrupt', 'KeyboardInterrupt'),
-        (50, 'terminated', 'SIGTERM received|CANCELLED AT .* DUE TO|DUE TO TIME LIMIT|PREEMPTION|[Kk]illed by (the )?scheduler'),
-        (51, 'killed_by_signal', 'SIGKILL|SIGSEGV|SIGABRT|SIGBUS|Segmentation fault|Fatal Python error|[Kk]illed by signal'),
+        -- stopped on purpose or by a scheduler (the class names the stop_reason)
+        (50, 'keyboard_interrupt', 'KeyboardInterrupt|[Rr]eceived SIGINT|\(SIGINT\)'),
+        (50, 'time_limit', 'DUE TO TIME LIMIT|State: TIMEOUT|[Tt]ime limit (reached|exceeded)'),
+        (51, 'cancelled', 'CANCELLED AT|DUE TO PREEMPTION|DUE TO JOB REQUEUE|DUE TO NODE FAILURE|State: CANCELLED|[Kk]illed by (the )?scheduler|[Ee]victed'),
+        -- torch elastic's SignalException: run_summary tells SIGINT (2) from SIGTERM (15) by the original text
+        (52, 'sigterm', 'SIGTERM received|[Rr]eceived SIGTERM|got signal: \d|^Terminated\s*$|\(SIGTERM\)'),
+        (53, 'killed_by_signal', 'SIGKILL|SIGSEGV|SIGABRT|SIGBUS|Segmentation fault|Fatal Python error|[Kk]illed by signal'),
         (55, 'timeout', 'GetTimeoutError|TimeoutError|DeadlineExceeded|timed out|[Tt]imeout expired'),
         (58, 'import_error', '(ModuleNotFoundError|ImportError)\b|undefined symbol'),
         (60, 'python_exception', '^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?:\([\w.]*\))?(?::|\s*$)'),
@@ -42,12 +49,14 @@ lines as (
     select
         run_id, file, line_no, kind, component, pid, segment, step, phase_hint, ts, text,
         -- the Ray prefix is already in `component`; match on the message itself, indentation kept
-        regexp_replace(text, '^\([^)]*\) ?', '') as body
+        regexp_replace(text, '^\([^)]*\) ?', '') as body,
+        -- fatal signals, scheduler stops and Ray's dead-worker notice do not read like errors
+        regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|State: (TIMEOUT|CANCELLED)')
+            as notable
     from log_lines
     where list_contains($run_ids, run_id)
       and (kind in ('error', 'warning') or phase_hint is not null or ts is not null
-           -- fatal signals, scheduler kills and Ray's dead-worker notice do not read like errors
-           or text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%')
+           or regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|State: (TIMEOUT|CANCELLED)'))
 ),
 ordered as (
     select
@@ -67,8 +76,9 @@ blocks as (
 engine_blocks as (
     select
         *,
-        -- the outermost phase a traceback names is the trainer call whose timer never closed
-        first_value(phase_hint ignore nulls) over (
+        -- the innermost verl call a traceback's frames name (an exception's own message may say
+        -- "validation" and mean something else): that is the phase the run died in
+        last_value(case when regexp_matches(body, '^\s*File "|^\s{4,}\S') then phase_hint end ignore nulls) over (
             partition by run_id, file, pid, block order by line_no
             rows between unbounded preceding and current row) as block_phase,
         -- the block's frames run inside the rollout engine's own package: its errors are engine errors
@@ -79,8 +89,7 @@ engine_blocks as (
 events as (
     select *
     from engine_blocks
-    where kind in ('error', 'warning')
-       or text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
+    where kind in ('error', 'warning') or notable
 ),
 shapes as (
     -- one row per line shape (numbers blanked): a pattern that is not a constant is compiled for every
@@ -112,8 +121,9 @@ phased as (
 select
     e.run_id, e.file, e.line_no,
     case
-        when e.in_engine and e.block > 0 and c.event_class in ('python_exception', 'distributed_init_error',
-            'nccl_error', 'illegal_memory_access', 'timeout') then 'vllm_engine_error'
+        -- a rendezvous failure inside the engine's start-up stays a communication failure
+        when e.in_engine and e.block > 0 and c.event_class in ('python_exception', 'nccl_error',
+            'illegal_memory_access', 'timeout') then 'vllm_engine_error'
         when c.event_class = 'python_exception' then 'python_exception:' || regexp_extract(
             e.body, '^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit))', 1)
         when c.event_class = 'ray_task_error' and regexp_matches(e.body, 'RayTaskError\((\w+)\)')

@@ -8,15 +8,15 @@ with failure_map(event_class, failure_class, tier, rank) as (
     values
         ('cuda_oom', 'cuda_oom', 1, 1), ('device_oom', 'cuda_oom', 1, 1),
         ('host_oom_killed', 'host_oom_killed', 1, 1),
-        ('nccl_timeout', 'nccl_timeout', 1, 1),
+        ('nccl_timeout', 'nccl_timeout', 1, 1), ('distributed_init_error', 'nccl_timeout', 1, 2),
         ('vllm_engine_error', 'vllm_engine_error', 1, 1), ('engine_traceback', 'vllm_engine_error', 1, 2),
         ('nan', 'nan_divergence', 2, 1),
-        ('keyboard_interrupt', 'unknown', 2, 1), ('terminated', 'unknown', 2, 1),
         ('import_error', 'python_exception', 3, 1),
         ('python_exception', 'python_exception', 3, 2), ('timeout', 'python_exception', 3, 2),
         ('disk_full', 'python_exception', 3, 2), ('nccl_error', 'python_exception', 3, 2),
-        ('distributed_init_error', 'python_exception', 3, 2), ('illegal_memory_access', 'python_exception', 3, 2),
+        ('illegal_memory_access', 'python_exception', 3, 2),
         ('actor_died', 'ray_actor_died', 3, 1), ('killed_by_signal', 'ray_actor_died', 3, 1),
+        ('worker_died', 'ray_actor_died', 3, 2),
         ('actor_unavailable', 'ray_actor_died', 3, 2),
         ('ray_task_error', 'python_exception', 5, 3), ('unhandled_ray_error', 'python_exception', 5, 3),
         ('hydra_wrapper', 'unknown', 6, 3)
@@ -28,7 +28,7 @@ run as (
     select * from runs where list_contains($run_ids, run_id)
 ),
 lines as (
-    select run_id, file, line_no, kind, segment, step, phase_hint, ts, text
+    select run_id, file, line_no, kind, component, segment, step, phase_hint, ts, text
     from log_lines
     where list_contains($run_ids, run_id)
 ),
@@ -116,18 +116,80 @@ final_validation as (
     join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
     where l.text like '%Final validation metrics%'
 ),
+job_succeeded as (
+    -- the launcher reported success: a Ray job's final status, or SLURM's accounting epilogue
+    select distinct l.run_id
+    from lines as l
+    join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
+    where regexp_matches(l.text, 'Job ''[^'']+'' succeeded|State: COMPLETED \(exit code 0\)')
+),
+bar_updates as (
+    -- every print of verl's `Training Progress` tqdm bar in the driver log's final segment (a line may
+    -- hold several, joined by tqdm's carriage returns): the count and the elapsed time it shows
+    select run_id, line_no, text, unnest(counts)::bigint as n, unnest(elapsed) as elapsed,
+           unnest(range(len(counts))) as k
+    from (
+        select l.run_id, l.line_no, l.text,
+               regexp_extract_all(l.text, '(\d+)/\d+ \[(?:\d+:)?\d+:\d\d<', 1) as counts,
+               list_transform(regexp_extract_all(l.text, '\d+/\d+ \[((?:\d+:)?\d+:\d\d)<', 1),
+                              lambda e: list_reduce(list_transform(string_split(e, ':'), lambda x: x::bigint),
+                                               lambda a, b: a * 60 + b)) as elapsed
+        from lines as l
+        join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
+        join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
+        where l.kind = 'progress' and l.text like '%Training Progress%'
+    )
+),
+bar as (
+    -- the bar's last count; where it first showed that count, and how much time it then spent there
+    select u.run_id, b.n,
+           min(u.line_no) as first_line_no,
+           max(u.elapsed) - min(u.elapsed) as stuck_s,
+           arg_max(u.line_no, [u.line_no, u.k]) as last_line_no,
+           arg_max(u.text, [u.line_no, u.k]) as last_text,
+           arg_max(u.elapsed, [u.line_no, u.k]) as last_elapsed
+    from bar_updates as u
+    join (select run_id, arg_max(n, [line_no, k]) as n from bar_updates group by all) as b
+        on b.run_id = u.run_id and b.n = u.n
+    group by all
+),
 run_state as (
     select
         r.run_id,
-        coalesce(s.last_step, 0) as last_step,
+        -- step lines first; a run that prints none (a W&B-only logger) still moves its progress bar
+        coalesce(s.last_step, b.n, 0) as last_step,
         r.total_training_steps as expected_steps,
         f.segment as final_segment,
-        (r.total_training_steps is not null and coalesce(s.last_step, 0) >= r.total_training_steps)
-            or (r.total_training_steps is null and v.run_id is not null) as reached_end
+        (r.total_training_steps is not null and coalesce(s.last_step, b.n, 0) >= r.total_training_steps)
+            or (r.total_training_steps is null and v.run_id is not null)
+            or j.run_id is not null as reached_end
     from run as r
     left join final_segment as f using (run_id)
     left join steps as s using (run_id)
+    left join bar as b using (run_id)
     left join final_validation as v using (run_id)
+    left join job_succeeded as j using (run_id)
+),
+progress_point as (
+    -- the driver-log line where the run last made progress: its last step line, or the bar's first print
+    -- of that count if earlier (stdout is buffered, stderr's bar is not: step lines can land late)
+    select s.run_id, least(st.line_no, case when b.n >= s.last_step then b.first_line_no end) as line_no
+    from run_state as s
+    left join (
+        select l.run_id, l.step, min(l.line_no) as line_no
+        from lines as l
+        join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
+        join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
+        where l.kind = 'step_metrics'
+        group by all
+    ) as st on st.run_id = s.run_id and st.step = s.last_step
+    left join bar as b on b.run_id = s.run_id
+),
+began as (
+    -- training had begun: a step line (even validation's step:0) or the progress bar in the final segment
+    select s.run_id from run_state as s join started using (run_id)
+    union
+    select run_id from bar
 ),
 events as (
     select
@@ -146,9 +208,23 @@ recurring as (
     select distinct e.run_id, e.event_class
     from events as e
     join run_state as s using (run_id)
+    join progress_point as pp using (run_id)
     cross join params as p
     -- only the driver log knows the step a line was written in
     where e.segment = s.final_segment and e.in_main_file and e.step <= s.last_step - p.flush_slack_steps
+      and e.line_no < pp.line_no
+),
+after_progress as (
+    -- the driver log's errors that may have ended the run: written in (or flushed just after) its last
+    -- step, or after the line where it last made progress
+    select e.*
+    from events as e
+    join run_state as s using (run_id)
+    join progress_point as pp using (run_id)
+    cross join params as p
+    where e.segment = s.final_segment
+      and e.in_main_file
+      and (e.step >= s.last_step + 1 - p.flush_slack_steps or e.line_no > pp.line_no)
 ),
 driver_failed as (
     -- the driver reported a failure (Ray wrapper, Hydra, a dead actor): exceptions in workers matter
@@ -156,20 +232,15 @@ driver_failed as (
     from events as e
     join run_state as s using (run_id)
     where e.segment = s.final_segment
-      and e.base_class in ('ray_task_error', 'hydra_wrapper', 'unhandled_ray_error', 'actor_died')
+      and e.base_class in ('ray_task_error', 'hydra_wrapper', 'unhandled_ray_error', 'actor_died', 'worker_died')
 ),
 terminal as (
     select e.*, m.failure_class, m.tier, m.rank
-    from events as e
-    join run_state as s using (run_id)
-    cross join params as p
+    from after_progress as e
     join failure_map as m on m.event_class = e.base_class
     left join recurring as rc on rc.run_id = e.run_id and rc.event_class = e.event_class
     left join driver_failed as d on d.run_id = e.run_id
-    where e.segment = s.final_segment
-      and e.in_main_file
-      and e.step >= s.last_step + 1 - p.flush_slack_steps
-      and rc.run_id is null
+    where rc.run_id is null
       -- a worker's Python exception the driver never heard of was caught: the run went on
       and (m.failure_class <> 'python_exception' or d.run_id is not null
            or coalesce(e.component, 'TaskRunner') in ('TaskRunner', 'main_task'))
@@ -178,8 +249,26 @@ cause as (
     select
         run_id,
         arg_min(failure_class, [tier, position]) as failure_class,
-        min(tier) as tier
+        min(tier) as tier,
+        min(position) as first_position
     from terminal
+    group by all
+),
+stop as (
+    -- the first stop on purpose or by a scheduler: Ctrl-C, SIGTERM, a SLURM cancel or time limit
+    select
+        run_id,
+        min(position) as position,
+        arg_min(line_no, position) as line_no,
+        arg_min(file, position) as file,
+        arg_min(message, position) as message,
+        arg_min(case
+            when base_class = 'keyboard_interrupt' or regexp_matches(message, 'got signal: 2\b|SIGINT')
+                then 'keyboard'
+            when base_class = 'sigterm' then 'sigterm'
+            else base_class end, position) as stop_reason
+    from after_progress
+    where base_class in ('keyboard_interrupt', 'time_limit', 'cancelled', 'sigterm')
     group by all
 ),
 root as (
@@ -212,52 +301,143 @@ last_nan as (
       and list_has_any(h.nan_keys, ['actor/pg_loss', 'actor/grad_norm', 'actor/kl_loss', 'critic/vf_loss',
                                     'critic/grad_norm', 'actor/ppo_kl', 'actor/entropy'])
 ),
-tail_activity as (
-    -- the last sign of work after the last step line of the final segment: the phase a silent run
-    -- hung in, and the line that shows it (vLLM preempting sequences means it was generating)
-    select
-        l.run_id,
-        arg_max(coalesce(l.phase_hint, 'gen'), [l.step, l.line_no]) as phase,
-        arg_max(l.file, [l.step, l.line_no]) as file,
-        arg_max(l.line_no, [l.step, l.line_no]) as line_no,
-        arg_max(regexp_replace(l.text, '^\s*\([^)]*\)\s*', ''), [l.step, l.line_no]) as text
+tail as (
+    -- the driver log after its last progress
+    select l.run_id, l.file, l.line_no, l.component, l.phase_hint, l.ts, regexp_replace(l.text, '^\s*\([^)]*\)\s*', '') as text
     from lines as l
     join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
     join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
-    where l.step > s.last_step
-      and (l.phase_hint is not null or l.text like '%is preempted by PreemptionMode%')
-    group by all
+    left join progress_point as pp on pp.run_id = l.run_id
+    where l.line_no > coalesce(pp.line_no, 0)
 ),
-hang_sign as (
-    -- what a silent run printed about itself: a breakpoint it waits at, or Ray's disk filling up
-    select run_id, min(priority) as priority, arg_min(reason, [priority, line_no]) as reason,
-           arg_min(phase, [priority, line_no]) as phase, arg_min(file, [priority, line_no]) as file,
-           arg_min(line_no, [priority, line_no]) as line_no, arg_min(text, [priority, line_no]) as text
+tail_activity as (
+    -- the last sign of work after the last progress: the phase a run stopped in. vLLM preempting
+    -- sequences means it was generating; validation announces its batch and the end of its generation.
+    -- After a stop the driver only flushes what it had buffered (old news); its workers still report.
+    select t.run_id, arg_max(t.phase, t.line_no) as phase
     from (
-        select
-            l.run_id, l.file, l.line_no, regexp_replace(l.text, '^\s*\([^)]*\)\s*', '') as text,
-            case when l.disk_full then 2 else 1 end as priority,
-            case when l.disk_full
-                 then 'Ray''s session disk is over 95% full, so object spilling and logging fail'
-                 else 'paused at a Ray debugger breakpoint, waiting for a debugger (not a failure)' end as reason,
-            case when not l.disk_full then 'debugger' end as phase
-        from (select *, text like '%file_system_monitor%is over 95% full%' as disk_full from lines) as l
-        join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
-        -- either explains a stop only when the log shows it after the last step line
-        where (l.step > s.last_step or s.last_step = 0)
-          and (l.disk_full or l.text like '%Ray debugger is listening%'
-               or l.text like '%Waiting for debugger to attach%')
-    )
+        select *, case
+            when regexp_matches(text, 'is preempted by PreemptionMode|AgentLoopWorker|LoopWorker pid|Got \d+ samples after \d+ trials')
+                then 'gen'
+            when text like '%test_gen_batch meta info%' or text like '%validation generation end%' then 'testing'
+            else phase_hint end as phase
+        from tail
+        -- the config dump's pprint lines name settings, not work
+        where not regexp_matches(text, '^\s*[{''"]')
+    ) as t
+    left join stop as st on st.run_id = t.run_id
+    where t.phase is not null
+      and (t.line_no < coalesce(st.line_no, t.line_no + 1)
+           or coalesce(t.component, 'TaskRunner') not in ('TaskRunner', 'main_task'))
     group by all
 ),
-hang_line as (
-    -- the line a hung run is reported by: a debugger breakpoint, else the last sign of work, else
-    -- Ray's full disk
-    select run_id,
-           unnest(case when hs.priority = 1 or ta.run_id is null
-                       then {'file': hs.file, 'line_no': hs.line_no, 'text': hs.text}
-                       else {'file': ta.file, 'line_no': ta.line_no, 'text': ta.text} end)
-    from hang_sign as hs full join tail_activity as ta using (run_id)
+tail_clock as (
+    -- the clock each tail line prints, in any of verl's formats: ISO (Python logging, Ray), glog
+    -- `I0718 19:14:23`, vLLM `INFO 07-18 19:14:23`. Most carry no year: clocks are compared within one
+    select run_id, file, line_no, text, clock
+    from (
+        select t.*, coalesce(
+            make_timestamp(2000, month(t.ts), day(t.ts), hour(t.ts), minute(t.ts), second(t.ts)),
+            try_cast('2000-' || md.mo || '-' || md.d || ' ' || md.t as timestamp)) as clock
+        from (
+            select *, regexp_extract(text,
+                '(?:^|[\s\[(])(?:[IWEF]|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) )(\d\d)-?(\d\d) (\d\d:\d\d:\d\d)',
+                ['mo', 'd', 't']) as md
+            from tail
+            -- what follows a stop (Ctrl-C, a cancel) is shutdown, not a stall
+            where line_no <= coalesce((select min(st.line_no) from stop as st where st.run_id = tail.run_id), line_no)
+        ) as t
+    )
+    where clock is not null
+),
+clock_stall as (
+    -- time that passed after the last progress while the log kept printing
+    select run_id, epoch(max(clock) - min(clock)) as span_s,
+           arg_max(file, [epoch(clock), line_no]) as file, arg_max(line_no, [epoch(clock), line_no]) as line_no,
+           arg_max(text, [epoch(clock), line_no]) as text
+    from tail_clock
+    group by all
+    -- a year boundary between two yearless clocks is not a stall
+    having epoch(max(clock) - min(clock)) < 7 * 86400
+),
+scheduler_idle as (
+    -- SLURM's epilogue: the job sat at almost no CPU (a stall the scheduler then ended)
+    select l.run_id, min(try_cast(regexp_extract(l.text, 'CPU Efficiency: ([0-9.]+)%', 1) as double)) as cpu_pct,
+           arg_min(l.line_no, l.line_no) as line_no, arg_min(l.file, l.line_no) as file,
+           arg_min(l.text, l.line_no) as text
+    from lines as l
+    join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
+    where l.text like '%CPU Efficiency:%'
+    group by all
+),
+debugger as (
+    -- the line saying it waits, else the one saying where the debugger listens
+    select run_id, arg_min(file, [waiting, line_no]) as file, arg_min(line_no, [waiting, line_no]) as line_no,
+           arg_min(text, [waiting, line_no]) as text
+    from (select *, case when text like '%Waiting for debugger to attach%' then 0 else 1 end as waiting from tail)
+    where text like '%Ray debugger is listening%' or text like '%Waiting for debugger to attach%'
+    group by all
+),
+disk_pressure as (
+    select distinct run_id from tail where text like '%file_system_monitor%is over 95% full%'
+),
+stall as (
+    -- evidence that the run stalled, strongest first: a waiting debugger, a scheduler epilogue at ~0% CPU,
+    -- then time with no progress (from the bar's own elapsed time or the lines' clocks) beyond what a
+    -- step takes
+    select
+        s.run_id,
+        greatest(cs.span_s, case when b.n >= s.last_step then b.stuck_s end) as stalled_s,
+        case
+            when bg.run_id is null then p.startup_stall_s
+            else greatest(p.min_stall_s, p.stall_step_factor * coalesce(
+                st.median_step_s, b.last_elapsed / nullif(b.n, 0), 0))
+        end as limit_s,
+        case
+            when d.run_id is not null then 'debugger'
+            when si.cpu_pct < p.idle_cpu_pct and sp.stop_reason in ('time_limit', 'cancelled') then 'scheduler'
+            when coalesce(b.stuck_s, 0) >= coalesce(cs.span_s, 0) and b.n >= s.last_step then 'bar'
+            when cs.span_s is not null then 'clock'
+        end as evidence,
+        si.cpu_pct, b.n as bar_n, b.stuck_s as bar_stuck_s
+    from run_state as s
+    cross join params as p
+    left join began as bg using (run_id)
+    left join step_totals as st using (run_id)
+    left join bar as b using (run_id)
+    left join clock_stall as cs using (run_id)
+    left join scheduler_idle as si using (run_id)
+    left join debugger as d using (run_id)
+    left join stop as sp using (run_id)
+),
+hang as (
+    -- a stalled run: the reason in words, how long, and the line that shows it
+    select
+        h.run_id,
+        h.stalled_s as hang_duration_s,
+        case h.evidence
+            when 'debugger' then 'paused at a Ray debugger breakpoint, waiting for a debugger to attach'
+            when 'scheduler' then format('the scheduler ended it after a stall: CPU efficiency {}%', h.cpu_pct)
+            when 'bar' then format('no progress for {} min: the Training Progress bar stayed at {} (its own elapsed time)',
+                                   round(h.stalled_s / 60, 1), h.bar_n)
+            else format('no progress for {} min after step {}: the log kept printing (its own timestamps) with no new step',
+                        round(h.stalled_s / 60, 1), s.last_step)
+        end || case when dp.run_id is not null then '; Ray''s session disk is over 95% full' else '' end as hang_reason,
+        case h.evidence when 'debugger' then d.file when 'scheduler' then si.file
+                        when 'bar' then mf.file else cs.file end as file,
+        case h.evidence when 'debugger' then d.line_no when 'scheduler' then si.line_no
+                        when 'bar' then b.last_line_no else cs.line_no end as line_no,
+        case h.evidence when 'debugger' then d.text when 'scheduler' then si.text
+                        when 'bar' then regexp_replace(b.last_text, '^.*\r', '') else cs.text end as text
+    from stall as h
+    join run_state as s using (run_id)
+    join main_file as mf using (run_id)
+    left join bar as b using (run_id)
+    left join clock_stall as cs using (run_id)
+    left join scheduler_idle as si using (run_id)
+    left join debugger as d using (run_id)
+    left join disk_pressure as dp using (run_id)
+    where h.evidence in ('debugger', 'scheduler') or h.stalled_s >= h.limit_s
 ),
 last_line as (
     select run_id, arg_max(file, [coalesce(epoch(ts), 0), line_no]) as file,
@@ -267,21 +447,23 @@ last_line as (
     group by all
 ),
 verdict as (
+    -- the first cause in time wins: an error before a stop ended the run, a stall before a stop too
     select
         s.run_id,
         case
             when s.reached_end then 'completed'
-            when c.failure_class is not null and c.tier <= 1 then c.failure_class
-            -- NaN losses in the last step and then an error: the divergence ended it
-            when n.run_id is not null and c.failure_class is not null then 'nan_divergence'
-            when c.failure_class is not null then c.failure_class
-            when f.n_lines is null then 'unknown'
-            else 'hang'
+            when c.failure_class is not null and c.first_position < coalesce(sp.position, c.first_position + 1) then
+                case when c.tier > 1 and n.run_id is not null then 'nan_divergence' else c.failure_class end
+            when h.run_id is not null then 'hang'
+            when sp.run_id is not null then 'interrupted'
+            when n.run_id is not null then 'nan_divergence'
+            else 'no_outcome'
         end as failure_class
     from run_state as s
     left join cause as c using (run_id)
+    left join stop as sp using (run_id)
+    left join hang as h using (run_id)
     left join last_nan as n using (run_id)
-    left join final_segment as f using (run_id)
 )
 select
     r.run_id,
@@ -289,19 +471,26 @@ select
     s.last_step,
     s.expected_steps,
     s.last_step / nullif(s.expected_steps, 0) as completion,
-    case when v.failure_class = 'hang' then hl.file
-         when v.failure_class <> 'completed' then rt.root_cause_file end as root_cause_file,
-    case when v.failure_class = 'hang' then hl.line_no
-         when v.failure_class <> 'completed' then rt.root_cause_line_no end as root_cause_line_no,
-    case when v.failure_class = 'hang' then hl.text
-         when v.failure_class <> 'completed' then rt.root_cause_text end as root_cause_text,
-    case when v.failure_class = 'hang' then hs.reason end as hang_reason,
-    case when v.failure_class not in ('completed', 'hang') then rt.root_cause_event end as root_cause_event,
+    case when v.failure_class = 'hang' then h.file when v.failure_class = 'interrupted' then sp.file
+         when v.failure_class not in ('completed', 'no_outcome') then rt.root_cause_file end as root_cause_file,
+    case when v.failure_class = 'hang' then h.line_no when v.failure_class = 'interrupted' then sp.line_no
+         when v.failure_class not in ('completed', 'no_outcome') then rt.root_cause_line_no end as root_cause_line_no,
+    case when v.failure_class = 'hang' then h.text when v.failure_class = 'interrupted' then sp.message
+         when v.failure_class not in ('completed', 'no_outcome') then rt.root_cause_text end as root_cause_text,
+    case when v.failure_class = 'hang' then h.hang_reason end as hang_reason,
+    case when v.failure_class = 'hang' then h.hang_duration_s end as hang_duration_s,
+    case when v.failure_class = 'interrupted' then sp.stop_reason end as stop_reason,
+    case when v.failure_class not in ('completed', 'hang', 'no_outcome', 'interrupted')
+         then rt.root_cause_event end as root_cause_event,
     case
         when v.failure_class = 'completed' then null
-        -- no sign of work after the last step line: fit() starts the next step with generation
-        when v.failure_class = 'hang' then coalesce(hs.phase, ta.phase, case when s.last_step > 0 then 'gen' end)
-        when sd.run_id is null and coalesce(dp.phase, rt.root_cause_phase, '') <> 'testing' then 'startup'
+        -- before the first training step began, a run was starting up (or validating, if a traceback says so)
+        when bg.run_id is null and dp.phase is null then 'startup'
+        when v.failure_class in ('hang', 'interrupted', 'no_outcome') then coalesce(
+            ta.phase,
+            -- a stalled run that printed no sign of work: fit() starts every step by generating
+            case when v.failure_class = 'hang' then 'gen' end)
+        -- the innermost verl call of the driver's traceback, else the timers printed so far in the step
         else coalesce(dp.phase, rt.root_cause_phase, ta.phase)
     end as failure_phase,
     ll.file as last_line_file,
@@ -335,9 +524,9 @@ left join run_state as s using (run_id)
 left join verdict as v using (run_id)
 left join root as rt using (run_id)
 left join tail_activity as ta using (run_id)
-left join hang_sign as hs using (run_id)
-left join hang_line as hl using (run_id)
-left join started as sd using (run_id)
+left join hang as h using (run_id)
+left join stop as sp using (run_id)
+left join began as bg using (run_id)
 left join driver_phase as dp using (run_id)
 left join last_line as ll using (run_id)
 left join run_bottleneck as b using (run_id)
