@@ -42,6 +42,8 @@ FALLING = ("entropy", "response_length_mean", "reward_mean")  # anomalous when t
 TIMING = ("gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "update_weights",
           "step_time", "throughput")
 WARMUP_STEPS = 2
+# a warm-up step's phase time still counts when this far from the run's baseline (robust z)
+WARMUP_EXTREME_Z = 12.0
 
 PHASE_TIMES = ("gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "update_weights")
 SHARES = ("share_gen", "share_old_log_prob", "share_update_actor")
@@ -83,6 +85,16 @@ def merge_steps(phases: pd.DataFrame, health: pd.DataFrame) -> pd.DataFrame:
     drop = [c for c in health.columns if c in phases.columns and c not in ("run_id", "step")]
     df = phases.merge(health.drop(columns=drop), on=["run_id", "step"], how="left")
     return df.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
+
+
+def _warmup_rows(df: pd.DataFrame) -> np.ndarray:
+    """Rows in the first WARMUP_STEPS training steps (step >= 1) of their run's resume segment, and
+    validation's step 0."""
+    segment = df["segment"] if "segment" in df else pd.Series(0, index=df.index)
+    training = df["step"].to_numpy() >= 1
+    position = np.full(len(df), -1)
+    position[training] = df[training].groupby([df["run_id"][training], segment[training]], sort=False).cumcount()
+    return position < WARMUP_STEPS
 
 
 def _reward_column(df: pd.DataFrame) -> pd.Series:
@@ -324,10 +336,14 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None) ->
     values, typicals = _transform(df)
 
     base, resid, z = _baseline(values, runs)
-    # verl's first steps compile kernels and warm caches: their phase times are not judged
-    position = df.groupby("run_id", sort=False).cumcount().to_numpy()
+    # verl's first steps of a run, and of each resumed segment, compile kernels and warm caches: their
+    # phase times are judged only when extreme
     timing = [c for c in TIMING if c in z.columns]
-    z.loc[position < WARMUP_STEPS, timing] = 0.0
+    quiet = pd.DataFrame(False, index=z.index, columns=timing)
+    quiet.loc[_warmup_rows(df)] = z[timing].abs() < WARMUP_EXTREME_Z
+    z[timing] = z[timing].mask(quiet, 0.0)
+    resid[timing] = resid[timing].mask(quiet, 0.0)
+    position = df.groupby("run_id", sort=False).cumcount().to_numpy()
 
     out = {"run_id": runs.to_numpy(), "step": df["step"].to_numpy(dtype="int64")}
     for c in CHANNELS:
@@ -379,7 +395,8 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None) ->
         for c in PHASE_TIMES + ("step_time",):
             if c in fleet_baseline.columns and c in df:
                 ref = runs.map(fleet_baseline[c])
-                out[f"{c}_vs_fleet"] = df[c].astype(float) / ref
+                vs_fleet = df[c].astype(float) / ref
+                out[f"{c}_vs_fleet"] = vs_fleet.mask(quiet[c], 1.0) if c in quiet else vs_fleet
     return out
 
 
