@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pipeline.lake import connect
 
-REFIT_AFTER_DAYS = float(os.environ.get("VERL_HEALTH_REFIT_DAYS", "7"))
+DEFAULT_REFIT_DAYS = 7.0
 
 CONTRACT_COLUMNS = {
     "runs": {"run_id", "source_path", "n_files", "n_lines", "n_bytes"},
@@ -23,7 +23,8 @@ CONTRACT_COLUMNS = {
     "step_anomalies": {"run_id", "step", "is_anomaly", "score", "anomaly_class", "explanation"},
     "run_summary": {
         "run_id", "failure_class", "last_step", "expected_steps", "root_cause_file",
-        "root_cause_line_no", "root_cause_text", "bottleneck_phase",
+        "root_cause_line_no", "root_cause_text", "bottleneck_phase", "failure_phase", "stop_reason", "hang_reason",
+        "hang_duration_s",
     },
 }
 
@@ -101,19 +102,25 @@ def contract_violations(warehouse: str | Path, table: str, run_ids: list[str] | 
     return sorted(CONTRACT_COLUMNS.get(table, set()) - cols)
 
 
-def model_refit_due(model_age: float | None, refit_after_days: float = REFIT_AFTER_DAYS) -> bool:
-    """True when the stored model is missing or at least `refit_after_days` old."""
-    return model_age is None or model_age >= refit_after_days
+def refit_after_days() -> float:
+    """Days after which the anomaly model is refitted: VERL_HEALTH_REFIT_DAYS, read when asked."""
+    return float(os.environ.get("VERL_HEALTH_REFIT_DAYS", DEFAULT_REFIT_DAYS))
 
 
-def model_age_days(warehouse: str | Path) -> float | None:
-    """Days since the anomaly model was fitted, or None when there is no model."""
+def model_refit_due(model_age: float | None, limit_days: float | None = None) -> bool:
+    """True when the stored model is missing or at least `limit_days` (default `refit_after_days()`) old."""
+    return model_age is None or model_age >= (refit_after_days() if limit_days is None else limit_days)
+
+
+def model_age_days(warehouse: str | Path, now: float | None = None) -> float | None:
+    """Days from the anomaly model's fit to `now` (epoch seconds; default: the clock), or None when
+    there is no model."""
     meta = Path(warehouse) / "models" / "anomaly_model.json"
     if not meta.is_file():
         return None
     fitted = json.loads(meta.read_text()).get("fitted_at_unix")
     ref = fitted if fitted is not None else meta.stat().st_mtime
-    return (time.time() - ref) / 86400.0
+    return ((time.time() if now is None else now) - ref) / 86400.0
 
 
 def _has(con, table: str) -> bool:

@@ -32,6 +32,7 @@ ROOT_CAUSES = {
     "unknown": (None, "Killed"),
 }
 FAILURE_CLASSES = ("completed", "hang", *ROOT_CAUSES)
+HANG_REASON = "no progress for 47.0 min after step 60: the log kept printing (its own timestamps) with no new step"
 
 
 @dataclass
@@ -215,6 +216,9 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
         "completion": [last_step / expected], "root_cause_file": pa.array(["train.log" if root_line else None]),
         "root_cause_line_no": pa.array([root_line], pa.int64()), "root_cause_text": pa.array([cause], pa.string()),
         "failure_phase": pa.array([phase], pa.string()), "bottleneck_phase": ["gen"],
+        "stop_reason": pa.array([None], pa.string()),
+        "hang_reason": pa.array([HANG_REASON if cls == "hang" else None], pa.string()),
+        "hang_duration_s": pa.array([2820.0 if cls == "hang" else None], pa.float64()),
         "median_step_s": [float(np.nanmedian(step_time))], "goodput": [0.82 * last_step / expected],
         "resume_count": [0], "parse_completeness": [0.999], "wall_time_s": [wall],
         "last_line_file": ["train.log"], "last_line_no": pa.array([m], pa.int64()), "last_line_text": [lines[-1]],

@@ -52,9 +52,12 @@ def hang_run() -> RunBuilder:
     b.step(2, timings(**{"actor/pg_loss": float("nan"), "actor/grad_norm": float("inf")}))
     b.line("(WorkerDict pid=9) DEBUG:2026-11-02 08:00:00,000:dp actor Before update_policy, memory allocated (GB): "
            "40.00, memory reserved (GB): 44.00, device memory used/total (GB): 50.00/80.00", "memory",
-           phase="update_actor")
+           phase="update_actor", ts=datetime(2026, 11, 2, 8, 0))
     b.line("(WorkerDict pid=10) DEBUG:2026-11-02 08:00:00,000:dp actor Before update_policy, memory allocated (GB): "
            "20.00, memory reserved (GB): 24.00, device memory used/total (GB): 30.00/80.00", "memory",
+           phase="update_actor", ts=datetime(2026, 11, 2, 8, 0))
+    # 45 minutes later the same worker is still waiting (its own clock): the stall the hang is read from
+    b.line("(WorkerDict pid=10) WARNING 11-02 08:45:00 [ray] still waiting for update_policy's collective", "warning",
            phase="update_actor")
     return b
 
@@ -200,6 +203,7 @@ def test_hang_names_phase(warehouse):
     wh, _, _, _ = warehouse
     s = summary(wh, "hang-c")
     assert s["failure_class"] == "hang" and s["last_step"] == 2 and s["failure_phase"] == "update_actor"
+    assert s["hang_duration_s"] == 45 * 60 and "45.0 min" in s["hang_reason"]
 
 
 def test_run_events_classes(warehouse):
@@ -274,7 +278,7 @@ def test_rederiving_one_run_replaces_only_its_partition(tmp_path):
     con = connect(tmp_path)
     assert con.execute("select run_id, count(*) from step_phases group by all").fetchall() == [("done-b", 4)]
     assert con.execute("select failure_class, last_step from run_summary where run_id = 'nosteps-e'").fetchone() == (
-        "hang", 0)
+        "no_outcome", 0)
     assert not list((tmp_path / "step_phases").glob(".staging-*"))
 
 
@@ -312,6 +316,6 @@ def test_a_breakpoint_passed_long_before_the_stop_is_not_the_reason(tmp_path):
     derive.derive_run_tables(tmp_path, ["early-i", "paused-j"])
     rows = dict(((r, (c, p, h, n)) for r, c, p, h, n in connect(tmp_path).execute(
         "select run_id, failure_class, failure_phase, hang_reason, root_cause_line_no from run_summary").fetchall()))
-    assert rows["early-i"][:3] == ("hang", "gen", None)
-    assert rows["paused-j"][:2] == ("hang", "debugger") and "debugger" in rows["paused-j"][2]
+    assert rows["early-i"][:3] == ("no_outcome", None, None)
+    assert rows["paused-j"][:2] == ("hang", "gen") and "debugger" in rows["paused-j"][2]
     assert rows["paused-j"][3] == at

@@ -115,7 +115,8 @@ def test_completed_and_hung_runs_have_no_cause_line(built):
     assert not completed.find_all(id_="failure-advice")
     hung = page(built["pages"]["run-hang"])
     assert not hung.find_all(id_="root-cause-context")
-    assert "the log simply stops" in hung.find("h2", id_="root-cause").parent.text()
+    assert "the run stalled (no progress for 47.0 min" in hung.find("h2", id_="root-cause").parent.text()
+    assert "Hung for 47 m 0 s after step" in hung.find("section", id_="verdict").text()
     spec = built["specs"]["run-hang"]
     last = 2 + spec.n_steps
     assert hung.find(id_="last-line-location").text() == f"train.log:{last}"

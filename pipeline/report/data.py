@@ -65,7 +65,9 @@ COMPLETENESS_FACTS = (
     "n_parse_failures",
     "n_segments",
 )
+# what counts as a failure in the fleet's figures: not a run stopped on purpose, nor a log cut short
 FAILED_CLASSES = (
+    "hang",
     "cuda_oom",
     "nccl_timeout",
     "ray_actor_died",
@@ -475,10 +477,10 @@ class FleetRun:
     @property
     def attention(self) -> int:
         """0 failed, 1 hung, 2 anomalous, 3 fine: the order of the attention list."""
-        if self.failure_class in FAILED_CLASSES:
-            return 0
         if self.failure_class == "hang":
             return 1
+        if self.failure_class in FAILED_CLASSES:
+            return 0
         if self.episodes or self.regression:
             return 2
         return 3

@@ -39,10 +39,18 @@ CLASS_LABELS = {
     "ray_actor_died": "Ray worker died",
     "host_oom_killed": "Worker killed for host memory",
     "hang": "Hung",
+    "interrupted": "Stopped",
+    "no_outcome": "No outcome in the log",
     "nan_divergence": "NaN divergence",
     "python_exception": "Python exception",
     "vllm_engine_error": "Rollout engine error",
     "unknown": "Ended for an unknown reason",
+}
+STOP_WORDS = {
+    "keyboard": "Stopped with Ctrl-C",
+    "sigterm": "Stopped by SIGTERM",
+    "cancelled": "Cancelled by the scheduler",
+    "time_limit": "Stopped at the scheduler's time limit",
 }
 EXCEPTION_RE = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Interrupt))\b")
 
@@ -154,8 +162,19 @@ def verdict(summary: dict[str, Any], n_episodes: int) -> dict[str, str]:
         return {"tone": tone, "headline": head, "sentence": sentence + ".", "cls": cls}
     if cls == "hang":
         why = summary.get("hang_reason") or "the log stops with no error"
-        sentence = f"Hung{where} after step {fmt_num(last)}: {why}{after}"
-        return {"tone": "warn", "headline": "Hung", "sentence": sentence + ".", "cls": cls}
+        hung = summary.get("hang_duration_s")
+        for_how_long = f" for {fmt_duration(hung)}" if hung else ""
+        sentence = f"Hung{where}{for_how_long} after step {fmt_num(last)}: {why}"
+        return {"tone": "bad", "headline": "Hung", "sentence": sentence + ".", "cls": cls}
+    of_total = f" of {fmt_num(expected)}" if expected else ""
+    if cls == "interrupted":
+        stop = STOP_WORDS.get(summary.get("stop_reason"), "Stopped")
+        sentence = f"{stop}{where} after step {fmt_num(last)}{of_total}"
+        return {"tone": "warn", "headline": CLASS_LABELS[cls], "sentence": sentence + ".", "cls": cls}
+    if cls == "no_outcome":
+        sentence = (f"The log ends at step {fmt_num(last)}{of_total}{where} with no outcome: still running when "
+                    "archived, or stopped without a trace")
+        return {"tone": "warn", "headline": CLASS_LABELS[cls], "sentence": sentence + ".", "cls": cls}
     label = CLASS_LABELS.get(cls, cls)
     if cls == "python_exception":
         found = EXCEPTION_RE.search(summary.get("root_cause_text") or "")
@@ -300,7 +319,7 @@ def _median(values) -> float | None:
 
 def _window(runs: list[FleetRun], start: date, end: date) -> dict[str, Any]:
     picked = [r for r in runs if r.ended_at is not None and start <= r.ended_at.date() <= end]
-    failed = sum(r.failure_class in FAILED_CLASSES or r.failure_class == "hang" for r in picked)
+    failed = sum(r.failure_class in FAILED_CLASSES for r in picked)
     return {
         "runs": len(picked),
         "failed": failed,
