@@ -62,6 +62,8 @@ steps as (
         max(p.step) filter (where p.segment = f.segment) as last_step,
         count(*) as n_steps,
         median(p.step_time) as median_step_s,
+        -- the longest a step took, its validation and checkpoint included
+        max(coalesce(p.step_time, 0) + coalesce(p.testing, 0) + coalesce(p.save_checkpoint, 0)) as longest_step_s,
         -- steps whose results survive: up to the checkpoint the final segment resumed from, then its own
         sum(coalesce(p.step_time, 0) + coalesce(p.testing, 0) + coalesce(p.save_checkpoint, 0)) filter (
             where p.segment = f.segment or p.step <= coalesce(fs.step, 0)) as counted_s,
@@ -126,11 +128,13 @@ job_succeeded as (
 bar_updates as (
     -- every print of verl's `Training Progress` tqdm bar in the driver log's final segment (a line may
     -- hold several, joined by tqdm's carriage returns): the count and the elapsed time it shows
-    select run_id, line_no, text, unnest(counts)::bigint as n, unnest(elapsed) as elapsed,
+    select run_id, line_no, text, unnest(counts)::bigint as n, unnest(totals)::bigint as total,
+           unnest(elapsed) as elapsed,
            unnest(range(len(counts))) as k
     from (
         select l.run_id, l.line_no, l.text,
                regexp_extract_all(l.text, '(\d+)/\d+ \[(?:\d+:)?\d+:\d\d<', 1) as counts,
+               regexp_extract_all(l.text, '\d+/(\d+) \[(?:\d+:)?\d+:\d\d<', 1) as totals,
                list_transform(regexp_extract_all(l.text, '\d+/\d+ \[((?:\d+:)?\d+:\d\d)<', 1),
                               lambda e: list_reduce(list_transform(string_split(e, ':'), lambda x: x::bigint),
                                                lambda a, b: a * 60 + b)) as elapsed
@@ -147,7 +151,8 @@ bar as (
            max(u.elapsed) - min(u.elapsed) as stuck_s,
            arg_max(u.line_no, [u.line_no, u.k]) as last_line_no,
            arg_max(u.text, [u.line_no, u.k]) as last_text,
-           arg_max(u.elapsed, [u.line_no, u.k]) as last_elapsed
+           arg_max(u.elapsed, [u.line_no, u.k]) as last_elapsed,
+           arg_max(u.total, [u.line_no, u.k]) as total
     from bar_updates as u
     join (select run_id, arg_max(n, [line_no, k]) as n from bar_updates group by all) as b
         on b.run_id = u.run_id and b.n = u.n
@@ -158,10 +163,12 @@ run_state as (
         r.run_id,
         -- step lines first; a run that prints none (a W&B-only logger) still moves its progress bar
         coalesce(s.last_step, b.n, 0) as last_step,
-        r.total_training_steps as expected_steps,
+        -- the bar's total is verl's total_training_steps where the log prints no config
+        coalesce(r.total_training_steps, b.total) as expected_steps,
         f.segment as final_segment,
-        (r.total_training_steps is not null and coalesce(s.last_step, b.n, 0) >= r.total_training_steps)
-            or (r.total_training_steps is null and v.run_id is not null)
+        (coalesce(r.total_training_steps, b.total) is not null
+         and coalesce(s.last_step, b.n, 0) >= coalesce(r.total_training_steps, b.total))
+            or (coalesce(r.total_training_steps, b.total) is null and v.run_id is not null)
             or j.run_id is not null as reached_end
     from run as r
     left join final_segment as f using (run_id)
@@ -237,7 +244,7 @@ driver_failed as (
 terminal as (
     select e.*, m.failure_class, m.tier, m.rank
     from after_progress as e
-    join failure_map as m on m.event_class = e.base_class
+    join failure_map as m on m.event_class = e.base_class and e.event_class <> 'ray_task_error:KeyboardInterrupt'
     left join recurring as rc on rc.run_id = e.run_id and rc.event_class = e.event_class
     left join driver_failed as d on d.run_id = e.run_id
     where rc.run_id is null
@@ -267,7 +274,11 @@ stop as (
                 then 'keyboard'
             when base_class = 'sigterm' then 'sigterm'
             else base_class end, position) as stop_reason
-    from after_progress
+    from (
+        select * replace (case when event_class = 'ray_task_error:KeyboardInterrupt' then 'keyboard_interrupt'
+                               else base_class end as base_class)
+        from after_progress
+    )
     where base_class in ('keyboard_interrupt', 'time_limit', 'cancelled', 'sigterm')
     group by all
 ),
@@ -390,7 +401,7 @@ stall as (
         greatest(cs.span_s, case when b.n >= s.last_step then b.stuck_s end) as stalled_s,
         case
             when bg.run_id is null then p.startup_stall_s
-            else greatest(p.min_stall_s, p.stall_step_factor * coalesce(
+            else greatest(p.min_stall_s, st.longest_step_s, p.stall_step_factor * coalesce(
                 st.median_step_s, b.last_elapsed / nullif(b.n, 0), 0))
         end as limit_s,
         case
