@@ -84,8 +84,7 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
         totals["parse_failures"] += result.n_parse_failures
         if result.problems:
             problems[run_id] = list(result.problems)
-            for p in result.problems:
-                context.log.warning(f"{run_id}: {p}")
+            context.log.warning(f"{run_id}: {len(result.problems)} problem(s): " + "; ".join(result.problems))
     meta = {
         "runs": len(run_ids),
         "lines": totals["lines"],

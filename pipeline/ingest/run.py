@@ -218,6 +218,35 @@ def _counted(chunks: Iterator[bytes], totals: RunTotals) -> Iterator[bytes]:
         totals.n_raw_lines += 1
 
 
+class LineProblems:
+    """Problems of single lines, summarised per file and kind: a count and the first few line numbers
+    (a 300 MB log can have thousands of the same wrapped-line notice)."""
+
+    SHOWN = 5
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], list] = {}
+
+    def add(self, file: str, line_no: int, message: str) -> None:
+        """Count one line's problem; its kind is the message up to its first colon."""
+        kind = message.split(":", 1)[0]
+        entry = self._seen.setdefault((file, kind), [0, [], message])
+        entry[0] += 1
+        if len(entry[1]) < self.SHOWN:
+            entry[1].append(line_no)
+
+    def summary(self) -> list[str]:
+        """One line per file and kind: `file:first_line: message` alone, or the kind with its count and lines."""
+        out = []
+        for (file, kind), (count, lines, first_message) in self._seen.items():
+            if count == 1:
+                out.append(f"{file}:{lines[0]}: {first_message}")
+            else:
+                more = ", ..." if count > len(lines) else ""
+                out.append(f"{file}: {kind}: {count} lines (at lines {', '.join(map(str, lines))}{more})")
+        return out
+
+
 class _RunIngest:
     """State of one run's ingest."""
 
@@ -225,6 +254,7 @@ class _RunIngest:
         self.entry = entry
         self.limits = limits
         self.problems: list[str] = []
+        self.line_problems = LineProblems()
         self.totals = RunTotals()
         self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
         # the metric rows in `step_metrics` form: moved into the lake as they are, unless a (step, key)
@@ -301,7 +331,8 @@ class _RunIngest:
         t.n_v04_sampled += rows.n_v04_sampled
         t.n_seed += rows.n_seed
         t.max_segment = max(t.max_segment, state.segment)
-        self.problems.extend(f"{name}:{first + i}: {msg}" for i, msg in rows.problems)
+        for i, msg in rows.problems:
+            self.line_problems.add(name, first + i, msg)
         if n and cls.ts.null_count < n:
             lo, hi = pc.min_max(cls.ts).values()
             t.first_ts = lo.as_py() if t.first_ts is None else min(t.first_ts, lo.as_py())
@@ -577,6 +608,7 @@ def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | No
             job._flush_write()
             job.problems.append(f"ingest stopped early: {type(exc).__name__}: {exc}")
             job.problems.append(traceback.format_exc(limit=3).strip().splitlines()[-1])
+        job.problems.extend(job.line_problems.summary())
         log_path = job.log_writer.commit()
         metrics_path, n_steps, n_values = job.reconcile(warehouse)
         t = job.totals

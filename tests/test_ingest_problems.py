@@ -1,0 +1,25 @@
+"""Problems of single lines are summarised per file and kind in `runs.problems`, not listed one by one."""
+
+from __future__ import annotations
+
+from tests.test_ingest_helpers import ingest_text
+
+# a hard-wrapped metric line whose `step:N - ` start was lost (as in real log 27): its pairs have no step
+ORPHAN = "actor/entropy:0.41 - actor/pg_loss:0.02 - critic/score/mean:0.5"
+
+
+def test_repeated_line_problem_is_one_entry_with_count_and_lines(tmp_path):
+    lines = ["step:1 - actor/entropy:0.5 - actor/pg_loss:0.01"]
+    for _ in range(7):
+        lines += ["some other output", ORPHAN]
+    run = ingest_text(tmp_path, "\n".join(lines) + "\n")
+    problems = run.run["problems"]
+    # the orphans are lines 3, 5, 7, ... 15 of the file: seven of them, the first five named
+    assert problems == ["run-a.log: metric pairs without a step number (a wrapped step line whose start is "
+                        "missing): 7 lines (at lines 3, 5, 7, 9, 11, ...)"]
+
+
+def test_single_line_problem_keeps_its_line_and_detail(tmp_path):
+    run = ingest_text(tmp_path, "step:1 - actor/entropy:0.5\nnoise\n" + ORPHAN + "\n")
+    assert run.run["problems"] == ["run-a.log:3: metric pairs without a step number (a wrapped step line whose "
+                                   "start is missing): about 3 pairs not attributed"]
