@@ -119,17 +119,21 @@ def analyze_archive(
     mail: bool = False,
     force: bool = False,
     refit: bool = False,
+    day: dt.date | None = None,
 ) -> ArchiveOutcome:
     """Materialise every asset in-process for every finished run in `archive`.
 
     Per-run assets run as one Dagster run over the whole partition range (single-run backfill
     policy), so a thousand runs cost four Dagster runs, not thousands. New runs are scored with the
     stored anomaly model; it is fitted on the fleet when there is none, when it is older than
-    VERL_HEALTH_REFIT_DAYS (as the nightly schedule does), or with `refit`.
+    VERL_HEALTH_REFIT_DAYS (as the nightly schedule does), or with `refit`. The fleet report is for
+    `day` (default: today when the analysis starts, so a run that crosses midnight finds its report).
     """
+    from pipeline.assets.report import DAY_TAG
     from pipeline.definitions import build_definitions
 
     started = time.perf_counter()
+    day = day or dt.date.today()
     defs = build_definitions(archive, warehouse, reports, quiet_period_s=quiet_period_s)
     archive_res = defs.resources["archive"]
     found = archive_res.discover()
@@ -138,7 +142,7 @@ def analyze_archive(
         run_ids, unchanged = sorted(e.run_id for e in finished), []
     else:
         run_ids, unchanged = split_changed(finished, warehouse, reports)
-    skipped = {e.run_id: "not finished yet" for e in found.entries if not e.finished}
+    skipped = {**found.skipped, **{e.run_id: "not finished yet" for e in found.entries if not e.finished}}
     instance = instance or DagsterInstance.ephemeral()
     from pipeline.partitions import RUN_PARTITIONS_NAME
 
@@ -164,9 +168,9 @@ def analyze_archive(
     for stretch in ranges:
         _run(["step_anomalies", "run_report"], partition_tags(stretch))
     fleet_selection = ["fleet_report", "fleet_report_mail"] if mail else ["fleet_report"]
-    _run(fleet_selection)
+    _run(fleet_selection, {DAY_TAG: day.isoformat()})
     refresh_catalog(warehouse)
-    fleet_path = Path(reports) / "fleet" / f"{dt.date.today().isoformat()}.html"
+    fleet_path = Path(reports) / "fleet" / f"{day.isoformat()}.html"
     return ArchiveOutcome(
         run_ids=ordered,
         skipped=skipped,

@@ -8,16 +8,16 @@ from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext
 
 from pipeline.assets.report import DAY_TAG
 from pipeline.jobs import NIGHTLY_ASSETS, nightly_job
-from pipeline.quality import REFIT_AFTER_DAYS, model_age_days, model_refit_due
+from pipeline.quality import model_age_days, model_refit_due
 from pipeline.resources import WarehouseResource
 
 NIGHTLY_CRON = os.environ.get("VERL_HEALTH_NIGHTLY_CRON", "0 2 * * *")
 NIGHTLY_TIMEZONE = os.environ.get("VERL_HEALTH_TIMEZONE", "UTC")
 
 
-def nightly_selection(model_age: float | None, refit_after_days: float = REFIT_AFTER_DAYS) -> list[str]:
+def nightly_selection(model_age: float | None, limit_days: float | None = None) -> list[str]:
     """Assets the nightly run materialises: the model only when it is missing or older than the limit."""
-    due = model_refit_due(model_age, refit_after_days)
+    due = model_refit_due(model_age, limit_days)
     return [*NIGHTLY_ASSETS, "anomaly_model"] if due else list(NIGHTLY_ASSETS)
 
 
@@ -29,9 +29,11 @@ def nightly_selection(model_age: float | None, refit_after_days: float = REFIT_A
     description="Every night: rebuild fleet tables, refit the model when due, render and mail the fleet report.",
 )
 def nightly_schedule(context: ScheduleEvaluationContext, warehouse: WarehouseResource):
-    """One run per night, keyed by its date so a retried tick does not run twice."""
-    day = context.scheduled_execution_time.date().isoformat()
-    selection = nightly_selection(model_age_days(warehouse.root))
+    """One run per night, keyed by its date so a retried tick does not run twice; the model's age is
+    taken at the tick."""
+    tick = context.scheduled_execution_time
+    day = tick.date().isoformat()
+    selection = nightly_selection(model_age_days(warehouse.root, now=tick.timestamp()))
     return RunRequest(
         run_key=f"nightly-{day}",
         asset_selection=[_key(a) for a in selection],

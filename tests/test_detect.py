@@ -211,17 +211,13 @@ def test_seed_thresholds_fire_on_their_literal_values():
 
 
 def test_advice_for_every_class():
+    """Every class of the vocabulary has an entry with a summary; anomalies have changes and sources too
+    (that each entry fits its class is tested in test_knowledge.py)."""
     for cls in (*ANOMALY_CLASSES, "other"):
         entry = advice_for("anomaly_class", cls)
         assert entry["summary"] and entry["changes"] and entry["source"], cls
     for cls in FAILURE_CLASSES:
         assert advice_for("failure_class", cls)["summary"], cls
-    keys = {c["key"] for c in advice_for("failure_class", "cuda_oom")["changes"]}
-    assert "actor_rollout_ref.rollout.gpu_memory_utilization" in keys
-    assert any("kl_ctrl" in c["key"] for c in advice_for("anomaly_class", "kl_spike")["changes"])
-    assert advice_for("failure_class", "no_such_class")["changes"] == []
-    with pytest.raises(ValueError):
-        advice_for("step_class", "kl_spike")
 
 
 def _write_warehouse(warehouse, phases, health):

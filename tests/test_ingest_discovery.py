@@ -68,3 +68,29 @@ def test_unfinished_and_end_markers(tmp_path):
     assert "sib.log" not in {e.path.name for e in found.entries if e.run_id != "sib"}
     later = discover_runs(tmp_path, quiet_period_s=600, now=time.time() + 601)
     assert all(e.finished for e in later.entries)
+
+
+def test_files_about_the_runs_are_not_runs(tmp_path):
+    """README, SOURCES.md, label files and checksums beside the runs are skipped entries, each with why."""
+    old = 3600
+    _touch(tmp_path / "grpo-a" / "train.log", "step:1 - a:1\n", age_s=old)
+    _touch(tmp_path / "ppo-b.log", "step:1 - a:1\n", age_s=old)
+    for name in ("README", "SOURCES.md", "notes.rst", "LABELS.jsonl", "labels.json", "SHA256SUMS",
+                 "ppo-b.log.sha256", "checksums.txt"):
+        _touch(tmp_path / name, "about the runs\n", age_s=old)
+    found = discover_runs(tmp_path)
+    assert sorted(e.run_id for e in found.entries) == ["grpo-a", "ppo-b"]
+    assert found.skipped == {
+        "README": "not a run (documentation)", "SOURCES.md": "not a run (documentation)",
+        "notes.rst": "not a run (documentation)", "LABELS.jsonl": "not a run (labels)",
+        "labels.json": "not a run (labels)", "SHA256SUMS": "not a run (checksums)",
+        "ppo-b.log.sha256": "not a run (checksums)", "checksums.txt": "not a run (checksums)",
+    }
+    assert found.errors == []
+
+
+def test_the_shared_real_logs_folder_holds_one_run_per_log(real_logs_dir):
+    """In ../shared/real-logs every `.log` is a run; its SOURCES.md and LABELS.jsonl are not."""
+    found = discover_runs(real_logs_dir, quiet_period_s=0)
+    assert sorted(e.path.name for e in found.entries) == sorted(p.name for p in real_logs_dir.glob("*.log"))
+    assert set(found.skipped) == {"SOURCES.md", "LABELS.jsonl"}

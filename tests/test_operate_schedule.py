@@ -1,7 +1,6 @@
 """The nightly schedule: one keyed run request per night; the model refit only when it is due."""
 
 import json
-import time
 from datetime import UTC, datetime
 
 from dagster import AssetKey, build_schedule_context, materialize
@@ -11,9 +10,13 @@ from pipeline.resources import WarehouseResource
 from pipeline.schedules import nightly_schedule, nightly_selection
 
 
+TICK = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
+DAY_S = 86400
+
+
 def _request(warehouse):
     context = build_schedule_context(
-        scheduled_execution_time=datetime(2026, 11, 29, 2, 0, tzinfo=UTC),
+        scheduled_execution_time=TICK,
         resources={"warehouse": WarehouseResource(path=str(warehouse))},
     )
     return nightly_schedule(context)
@@ -33,14 +36,22 @@ def test_first_night_fits_the_model(tmp_path):
 
 
 def test_fresh_model_is_not_refitted(tmp_path):
-    _write_model_meta(tmp_path / "w", time.time() - 86400)
+    _write_model_meta(tmp_path / "w", TICK.timestamp() - DAY_S)
     request = _request(tmp_path / "w")
     assert AssetKey("anomaly_model") not in request.asset_selection
     assert set(request.asset_selection) == {AssetKey(a) for a in NIGHTLY_ASSETS}
 
 
 def test_week_old_model_is_refitted(tmp_path):
-    _write_model_meta(tmp_path / "w", time.time() - 8 * 86400)
+    _write_model_meta(tmp_path / "w", TICK.timestamp() - 8 * DAY_S)
+    assert AssetKey("anomaly_model") in _request(tmp_path / "w").asset_selection
+
+
+def test_refit_limit_comes_from_the_environment_when_asked(tmp_path, monkeypatch):
+    """VERL_HEALTH_REFIT_DAYS is read at the tick, not when the package was imported."""
+    _write_model_meta(tmp_path / "w", TICK.timestamp() - 2 * DAY_S)
+    assert AssetKey("anomaly_model") not in _request(tmp_path / "w").asset_selection
+    monkeypatch.setenv("VERL_HEALTH_REFIT_DAYS", "1.5")
     assert AssetKey("anomaly_model") in _request(tmp_path / "w").asset_selection
 
 

@@ -17,6 +17,15 @@ END_MARKERS = re.compile(
 )
 LAST_ERROR = re.compile(rb"^\S*(?:\([^)]*\) )?[\w.]*(?:Error|Exception)\b.*$", re.M)
 TAIL_BYTES = 64 * 1024
+# Files that sit beside the runs in an archive folder and are not runs: what a person or a tool wrote
+# about them. Matched on the name's first part (before any dot) or its last suffix, case-insensitive.
+NOT_RUNS = {
+    "documentation": ({"readme", "sources", "notes", "changelog", "license", "licence", "authors"},
+                      {".md", ".rst", ".pdf", ".html"}),
+    "labels": ({"labels", "label"}, set()),
+    "checksums": ({"checksums", "sha256sums", "sha512sums", "sha1sums", "md5sums"},
+                  {".sha256", ".sha512", ".sha1", ".md5", ".asc", ".sig"}),
+}
 GZ_TAIL_SCAN_LIMIT = 64 * 2**20  # decompress a .gz to read its tail only if it is this small
 
 
@@ -35,10 +44,21 @@ class RunEntry:
 
 @dataclass
 class Discovery:
-    """The runs found, and the entries that could not become runs."""
+    """The runs found, the files that are not runs (name -> why), and the entries that could not become runs."""
 
     entries: list[RunEntry] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+
+
+def not_a_run(name: str) -> str | None:
+    """Why a file of an archive folder is not a run (documentation, labels, checksums), or None."""
+    lower = name.lower()
+    first, suffix = lower.split(".", 1)[0], Path(lower).suffix
+    for kind, (stems, suffixes) in NOT_RUNS.items():
+        if first in stems or suffix in suffixes:
+            return f"not a run ({kind})"
+    return None
 
 
 def run_id_for(name: str) -> str:
@@ -124,7 +144,8 @@ def _end_marker(path: Path, form: str, files: list[Path]) -> str | None:
 def discover_runs(root: str | Path, quiet_period_s: float = 600, now: float | None = None) -> Discovery:
     """List the run entries under `root` (folders, .tar.gz/.tgz, .zip, .gz, other files).
 
-    A run is finished when unchanged for `quiet_period_s` or carrying an end marker. Entries that
+    A run is finished when unchanged for `quiet_period_s` or carrying an end marker. Files that are
+    not runs (a README, SOURCES.md, label files, checksums) are listed in `skipped`. Entries that
     map to the same run_id are all reported in `errors` and none is listed.
     """
     root = Path(root)
@@ -141,6 +162,10 @@ def discover_runs(root: str | Path, quiet_period_s: float = 600, now: float | No
         if name.startswith(".") or name in MARKER_NAMES or name.endswith(tuple(MARKER_NAMES)):
             continue
         if not (path.is_dir() or path.is_file()):
+            continue
+        why = not_a_run(name) if path.is_file() else None
+        if why:
+            found.skipped[name] = why
             continue
         by_id.setdefault(run_id_for(name), []).append(path)
     for rid, paths in sorted(by_id.items()):
