@@ -23,3 +23,16 @@ def test_single_line_problem_keeps_its_line_and_detail(tmp_path):
     run = ingest_text(tmp_path, "step:1 - actor/entropy:0.5\nnoise\n" + ORPHAN + "\n")
     assert run.run["problems"] == ["run-a.log:3: metric pairs without a step number (a wrapped step line whose "
                                    "start is missing): about 3 pairs not attributed"]
+
+
+def test_config_is_the_last_dump_that_parses(tmp_path):
+    """Three start-ups: the last dump is cut off mid-way, so the second one's settings are the run's."""
+    from tests.test_ingest_formats import CONFIG
+
+    cut = CONFIG.split("\n")[0] + "\n"  # the dump's first line only: its brackets never close
+    text = (CONFIG % ("1", 10) + "step:1 - a:1.0\n" + CONFIG % ("2", 20) + "step:1 - a:2.0\n"
+            + cut + "step:1 - a:3.0\n")
+    run = ingest_text(tmp_path, text)
+    assert run.run["experiment_name"] == "e2" and run.run["total_training_steps"] == 20
+    assert [p for p in run.run["problems"] if "config pprint" in p] == [
+        "config pprint not closed after 1 lines (log truncated?)"]

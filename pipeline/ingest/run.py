@@ -255,6 +255,7 @@ class _RunIngest:
         self.limits = limits
         self.problems: list[str] = []
         self.line_problems = LineProblems()
+        self.config_dumps: list[ConfigCollector] = []
         self.totals = RunTotals()
         self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
         # the metric rows in `step_metrics` form: moved into the lake as they are, unless a (step, key)
@@ -395,11 +396,17 @@ class _RunIngest:
                 self.totals.total_steps = int(found[-1])
 
     def _finish_config(self, collector: ConfigCollector) -> None:
-        cfg, why = collector.parse()
-        if cfg is None:
+        # parsing waits for the end: a log of many start-ups prints many dumps and only the last counts
+        self.config_dumps.append(collector)
+
+    def resolve_config(self) -> None:
+        """The run's config: the last dump that parses (a problem for each later one that does not)."""
+        for collector in reversed(self.config_dumps):
+            cfg, why = collector.parse()
+            if cfg is not None:
+                self.totals.config = cfg
+                return
             self.problems.append(why)
-        else:
-            self.totals.config = cfg
 
     def _context(
         self, n: int, cls: Classified, rows: StepRows, state: FileState
@@ -609,6 +616,7 @@ def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | No
             job.problems.append(f"ingest stopped early: {type(exc).__name__}: {exc}")
             job.problems.append(traceback.format_exc(limit=3).strip().splitlines()[-1])
         job.problems.extend(job.line_problems.summary())
+        job.resolve_config()
         log_path = job.log_writer.commit()
         metrics_path, n_steps, n_values = job.reconcile(warehouse)
         t = job.totals
