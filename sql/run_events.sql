@@ -56,7 +56,10 @@ lines as (
     from log_lines
     where list_contains($run_ids, run_id)
       and (kind in ('error', 'warning') or phase_hint is not null or ts is not null
-           or regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|State: (TIMEOUT|CANCELLED)'))
+           -- LIKE first: a regex over every line of a big log costs seconds
+           or ((text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
+                or text like 'Terminated%' or text like '%State: %')
+               and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|State: (TIMEOUT|CANCELLED)')))
 ),
 ordered as (
     select
