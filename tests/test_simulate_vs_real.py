@@ -117,7 +117,7 @@ def test_line_kinds_of_real_logs_all_occur_in_a_simulated_fleet(tmp_path):
     for lab in labels["runs"].values():
         entry = tmp_path / "archive" / lab["entry"]
         if entry.is_dir():
-            sim["old" if lab["format"] == "v04" else "new"] |= kinds((entry / "train.log").read_bytes().decode("utf-8"))
+            sim["old" if lab["format"] == "v04" else "new"] |= kinds((entry / lab["log_file"]).read_bytes().decode("utf-8"))
     real = {"new": set(), "old": set()}
     for era, prefixes in (("new", NEW_ERA), ("old", OLD_ERA)):
         for p in prefixes:

@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import pprint
+import time
 
 from .console import Console, vllm_ts
 from .number_format import dict_repr
-
-# GPUMemoryLogger heads around each phase: (lines before the work, lines after it).
-PHASE_HEADS = {
-    "gen": (["Before generate_sequences"], ["After generate_sequences"]),
-    "old_log_prob": (["Before compute_log_prob"], ["After compute_log_prob"]),
-    "ref": (["Before compute_ref_log_prob"], ["After compute_ref_log_prob"]),
-    "values": (["dp critic Before compute_values"], ["dp critic After compute_values"]),
-    "update_critic": (["dp critic Before update_critic"], ["dp critic After update_critic"]),
-    "update_actor": (["Before update_actor", "dp actor Before update_policy"],
-                     ["dp actor After update_policy", "After update_actor"]),
-}
 
 SAMPLES = {
     "gsm8k": ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -56,11 +46,36 @@ def tqdm_bar(n: int, total: int, elapsed: float, done_here: int) -> str:
 
 
 def write_progress(con: Console, text: str) -> None:
-    """A progress bar line: bare from the driver, or inside the TaskRunner prefix after a carriage return."""
-    if con.spec.tqdm_prefixed:
-        con.runner("\r" + text)
+    """A progress bar line: bare from the driver, or inside the TaskRunner prefix after a carriage return
+    (a wandb capture records it as a plain line)."""
+    if con.spec.tqdm_prefixed or con.wandb:
+        con.runner_err("\r" + text)
     else:
         con.bare(text)
+
+
+def start_bar(con: Console, n: int) -> None:
+    """tqdm opens the `Training Progress` bar at step n (a resumed launch opens it at its checkpoint)."""
+    con.bar = (n, con.clock, 0, con.clock)
+    write_progress(con, tqdm_bar(n, con.spec.total_steps, 0.0, 0))
+
+
+def advance_bar(con: Console, n: int) -> None:
+    """The bar after step n has finished."""
+    _, started, done, _ = con.bar
+    con.bar = (n, started, done + 1, con.clock)
+    write_progress(con, tqdm_bar(n, con.spec.total_steps, con.clock - started, done + 1))
+
+
+def reprint_bar(con: Console) -> str:
+    """tqdm redraws the bar without an update: same count, the elapsed time grown to the current clock.
+
+    Returns the bar's text.
+    """
+    n, started, done, _ = con.bar
+    text = tqdm_bar(n, con.spec.total_steps, con.clock - started, done)
+    write_progress(con, text)
+    return text
 
 
 def memory_line(con: Console, head: str, alloc: float, offset: float, rank: int = 0) -> None:
@@ -76,6 +91,11 @@ def write_samples(con: Console, score: float) -> None:
     prompt, response, truth = SAMPLES[con.spec.dataset]
     con.runner("[prompt] system", "You are a helpful assistant.", "user", prompt, "assistant", "",
                f"[response] {response}", f"[ground_truth] {truth}", f"[score] {score}")
+
+
+def write_partial_sample(con: Console) -> None:
+    """The start of a `[prompt]` printout: where a log cut mid-print ends."""
+    con.runner("[prompt] system", "You are a helpful assistant.", "user", SAMPLES[con.spec.dataset][0])
 
 
 def write_validation_start(con: Console, step: int) -> None:
@@ -138,8 +158,10 @@ def chatter_pool(con: Console, size: int = 16) -> list[str]:
     return pool
 
 
-def write_disk_warning(con: Console, session: str, free_gb: float) -> None:
+def write_disk_warning(con: Console, free_gb: float) -> None:
     """The raylet's periodic complaint that /tmp/ray is almost full (benign until spilling is needed)."""
+    spec = con.spec
+    session = time.strftime("session_%Y-%m-%d_%H-%M-%S", time.gmtime(spec.start_ts)) + f"_{spec.seed % 999983:06d}"
     con.raylet(f"[{con.ts()} E {con.runner_pid - 900} {con.runner_pid - 866}] (raylet) file_system_monitor.cc:116: "
                f"/tmp/ray/{session} is over 95% full, available space: {free_gb:.4f} GB; capacity: 438.051 GB. "
                "Object creation will fail if spilling is required.")

@@ -25,7 +25,7 @@ def overrides(spec: RunSpec) -> list[str]:
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={spec.tp}",
         f"actor_rollout_ref.rollout.gpu_memory_utilization={spec.gpu_memory_utilization}",
         f"actor_rollout_ref.rollout.n={spec.n}",
-        "trainer.logger=['console','file']" if spec.has_jsonl else "trainer.logger=['console','wandb']",
+        "trainer.logger=[" + ",".join(f"'{name}'" for name in spec.loggers) + "]",
         f"trainer.project_name={spec.project}",
         f"trainer.experiment_name={spec.experiment}",
         f"trainer.n_gpus_per_node={spec.n_gpus_per_node}",
@@ -89,7 +89,7 @@ def resolved_config(spec: RunSpec) -> dict:
         "trainer": {
             "balance_batch": True, "critic_warmup": 0,
             "default_local_dir": f"checkpoints/{spec.project}/{spec.experiment}",
-            "experiment_name": spec.experiment, "logger": ["console", "file"] if spec.has_jsonl else ["console", "wandb"],
+            "experiment_name": spec.experiment, "logger": spec.loggers,
             "n_gpus_per_node": spec.n_gpus_per_node, "nnodes": spec.nnodes, "project_name": spec.project,
             "resume_mode": "auto", "save_freq": spec.save_freq, "test_freq": spec.test_freq,
             "total_epochs": 30, "total_training_steps": spec.total_steps, "val_before_train": True,

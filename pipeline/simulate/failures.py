@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-from .chatter import PHASE_HEADS, memory_line, write_preemption, write_worker_warning
-from .console import Console, hex_id, log_ts, vllm_ts
+from .chatter import write_worker_warning
+from .console import Console, c10d_ts, hex_id, log_ts, vllm_ts
 from .tracebacks import (
     BACKWARD_TAIL,
     FORWARD_TAIL,
@@ -23,11 +22,15 @@ from .tracebacks import (
 
 @dataclass(frozen=True)
 class Failure:
-    """Where the cause of a run's end is: the line number in train.log and a substring of that line."""
+    """Where the cause of a run's end is: the line number in the driver log and a substring of that line.
+
+    A hang also says in words what shows the stall (`hang_reason`).
+    """
 
     root_line_no: int | None
     contains: str | None
     signature: str | None
+    hang_reason: str | None = None
 
 
 def _uuid(con: Console) -> str:
@@ -35,17 +38,20 @@ def _uuid(con: Console) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _rank(con: Console) -> int:
+def random_rank(con: Console) -> int:
+    """A rank of the run, drawn at random."""
     return int(con.rng.integers(con.spec.world_size))
 
 
-def _mark(con: Console, line: str, contains: str, signature: str | None = None) -> Failure:
+def mark(con: Console, line: str, contains: str, signature: str | None = None) -> Failure:
+    """Print the driver's line that holds the cause; return it as the run's failure."""
     no = con.line_no
     con.bare(line)
     return Failure(no, contains, signature or contains)
 
 
-def _raylet_died(con: Console, detail: str) -> None:
+def raylet_died(con: Console, detail: str) -> None:
+    """The raylet's notice that a worker died, with Ray's exit detail."""
     rng = con.rng
     con.raylet("A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the "
                f"problem, check the logs for the dead worker. RayTask ID: ffffffffffffffff{hex_id(rng, 24)}01000000 "
@@ -54,7 +60,8 @@ def _raylet_died(con: Console, detail: str) -> None:
                f"Worker exit type: SYSTEM_ERROR Worker exit detail: {detail}")
 
 
-def _actor_died_lines(con: Console, detail: str) -> list[str]:
+def actor_died_lines(con: Console, detail: str) -> list[str]:
+    """The `ActorDiedError` block the driver prints after a worker died."""
     rng = con.rng
     return [
         "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
@@ -100,7 +107,7 @@ def cuda_oom(con: Console, phase: str) -> Failure:
     tail = BACKWARD_TAIL if phase.startswith("update") else FORWARD_TAIL
     hydra_open(con)
     con.bare(*driver_frames(con, exc, phase), *worker_frames(con, exc, phase), *tail)
-    fail = _mark(con, text, "CUDA out of memory")
+    fail = mark(con, text, "CUDA out of memory")
     hydra_close(con)
     return fail
 
@@ -109,12 +116,12 @@ def nccl_timeout(con: Console, phase: str) -> Failure:
     """The NCCL watchdog kills a rank after 600 s; the driver then sees the actor die."""
     rng = con.rng
     con.clock += 600.0
-    rank = _rank(con)
+    rank = random_rank(con)
     seq = int(rng.integers(100, 90000))
     op = str(rng.choice(["ALLREDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE", "ALLTOALL", "GATHER"]))
     numel = int(rng.integers(1, 60_000_000))
     ran = 600000 + int(rng.integers(1, 90))
-    stamp = time.strftime("%m%d %H:%M:%S", time.gmtime(con.clock)) + f".{int(rng.integers(0, 10**9)):09d}"
+    stamp = c10d_ts(con.clock, int(rng.integers(0, 10**9)))
     pg = f"[PG ID {int(rng.integers(0, 4))} PG GUID {int(rng.integers(0, 12))} Rank {rank}]"
     work = f"WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel}, NumelOut={numel}, Timeout(ms)=600000)"
     watchdog = f"Watchdog caught collective operation timeout: {work} ran for {ran} milliseconds before timing out."
@@ -134,9 +141,9 @@ def nccl_timeout(con: Console, phase: str) -> Failure:
         f"[Rank {rank}] {watchdog}",
     ):
         con.worker(text, rank=rank)
-    _raylet_died(con, CONNECTION_DETAIL)
+    raylet_died(con, CONNECTION_DETAIL)
     hydra_open(con)
-    con.bare(*driver_frames(con, "ActorDiedError", phase), *_actor_died_lines(con, CONNECTION_DETAIL))
+    con.bare(*driver_frames(con, "ActorDiedError", phase), *actor_died_lines(con, CONNECTION_DETAIL))
     hydra_close(con)
     return Failure(no, "Watchdog caught collective operation timeout", "Watchdog caught collective operation timeout")
 
@@ -146,7 +153,7 @@ def ray_actor_died(con: Console, phase: str) -> Failure:
     rng = con.rng
     fail = None
     if rng.random() < 0.5:
-        rank = _rank(con)
+        rank = random_rank(con)
         t = int(con.clock)
         no = con.line_no
         con.worker(f"*** SIGSEGV received at time={t} on cpu {int(rng.integers(0, 128))} ***", rank=rank)
@@ -156,11 +163,11 @@ def ray_actor_died(con: Console, phase: str) -> Failure:
                    f"SIGSEGV received at time={t} on cpu 3 ***", rank=rank)
         fail = Failure(no, "SIGSEGV received", "The actor died unexpectedly before finishing this task.")
     no = con.line_no
-    _raylet_died(con, CONNECTION_DETAIL)
+    raylet_died(con, CONNECTION_DETAIL)
     fail = fail or Failure(no, "A worker died or was killed while executing a task by an unexpected system error",
                            "The actor died unexpectedly before finishing this task.")
     hydra_open(con)
-    con.bare(*driver_frames(con, "ActorDiedError", phase), *_actor_died_lines(con, CONNECTION_DETAIL))
+    con.bare(*driver_frames(con, "ActorDiedError", phase), *actor_died_lines(con, CONNECTION_DETAIL))
     hydra_close(con)
     return fail
 
@@ -206,33 +213,12 @@ def host_oom_killed(con: Console, phase: str) -> Failure:
     return Failure(no, "killed due to memory pressure (OOM)", "Task was killed due to the node running low on memory.")
 
 
-def hang(con: Console, phase: str) -> Failure:
-    """The log just stops; its last lines show which phase was running."""
-    rng = con.rng
-    if phase == "gen":
-        write_preemption(con, 5.0, int(rng.integers(1, 4)))
-        no = con.line_no
-        write_preemption(con, 30.0, 1)
-        contains = "is preempted by PreemptionMode.RECOMPUTE"
-    else:
-        heads = PHASE_HEADS[phase][0]
-        alloc = con.spec.gpu_total_gb * 0.5
-        for head in heads[:-1]:
-            memory_line(con, head, alloc, 0.1)
-        no = con.line_no
-        memory_line(con, heads[-1], alloc, 0.3)
-        contains = heads[-1]
-    if rng.random() < 0.5:
-        write_worker_warning(con)
-    return Failure(no, contains, None)
-
-
 def nan_divergence(con: Console, phase: str) -> Failure:
     """NaN logits reach the sampler: vLLM's multinomial rejects the probability tensor."""
     exc = "RuntimeError"
     hydra_open(con)
     con.bare(*driver_frames(con, exc, phase), *worker_frames(con, exc, phase), *SAMPLER_TAIL)
-    fail = _mark(con, "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+    fail = mark(con, "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
                  "probability tensor contains either `inf`, `nan` or element < 0")
     hydra_close(con)
     return fail
@@ -258,7 +244,7 @@ def python_exception(con: Console, phase: str) -> Failure:
                  *frame(f"{VERL}/trainer/ppo/reward.py", 68, "get_custom_reward_fn",
                         'raise FileNotFoundError(f"Reward function file \'{file_path}\' not found.")'))
         text = f"FileNotFoundError: Reward function file '{path}' not found."
-        fail = _mark(con, text, text)
+        fail = mark(con, text, text)
         hydra_close(con)
         return fail
     chained = rng.random() < 0.5
@@ -279,7 +265,7 @@ def python_exception(con: Console, phase: str) -> Failure:
     lines += frame(f"{VERL}/utils/reward_score/__init__.py", 120, "default_compute_score", source)
     hydra_open(con)
     con.bare(*lines)
-    fail = _mark(con, first, first)
+    fail = mark(con, first, first)
     if chained:
         con.bare("", "During handling of the above exception, another exception occurred:", "",
                  "Traceback (most recent call last):",
@@ -309,10 +295,10 @@ def vllm_engine_error(con: Console, phase: str) -> Failure:
             contains, exc = "is larger than the maximum number of tokens that can be stored in KV cache", "ValueError"
         hydra_open(con)
         con.bare(*driver_frames(con, exc, phase), *worker_frames(con, exc, phase))
-        fail = _mark(con, text, contains)
+        fail = mark(con, text, contains)
         hydra_close(con)
         return fail
-    rank = _rank(con)
+    rank = random_rank(con)
     stamp = vllm_ts(con.clock)
     if spec.rollout == "sglang":
         tag = f"[{log_ts(con.clock)[:19]} TP{rank % spec.tp}]"
@@ -340,30 +326,59 @@ def vllm_engine_error(con: Console, phase: str) -> Failure:
 
 
 def unknown(con: Console, phase: str) -> Failure:
-    """The job is stopped from outside (scheduler time limit, SIGTERM) without a verl error."""
+    """The driver process dies natively (a C++ abort, a segfault in the Ray client): no Python error says why."""
     rng = con.rng
     con.clock += rng.uniform(5, 60)
-    if rng.random() < 0.5:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(con.clock))
-        return _mark(con, f"slurmstepd: error: *** JOB {int(rng.integers(100000, 9999999))} ON {con.spec.hostname} "
-                          f"CANCELLED AT {stamp} DUE TO TIME LIMIT ***", "CANCELLED AT", "DUE TO TIME LIMIT")
     no = con.line_no
-    t = int(con.clock)
-    con.runner(f"*** SIGTERM received at time={t} on cpu {int(rng.integers(0, 128))} ***",
-               f"PC: @     0x7f{hex_id(rng, 10)}  (unknown)  epoll_wait",
-               f"[{log_ts(con.clock)} E {con.runner_pid} {con.runner_pid}] logging.cc:440: *** SIGTERM received at "
-               f"time={t} on cpu 3 ***")
-    return Failure(no, "SIGTERM received", "SIGTERM received")
+    if rng.random() < 0.5:
+        signal = "Aborted"
+        con.bare("terminate called after throwing an instance of 'std::system_error'",
+                 "  what():  Resource temporarily unavailable")
+        contains = "terminate called after throwing an instance of 'std::system_error'"
+    else:
+        signal = "Segmentation fault"
+        contains = "Fatal Python error: Segmentation fault"
+    con.bare(f"Fatal Python error: {signal}", "", *_thread_dump(con), "")
+    con.bare(f"./run_{con.spec.algo}.sh: line 27: {con.driver_pid} {signal + ' ':<24}(core dumped) python3 -m "
+             'verl.trainer.main_ppo "$@"')
+    return Failure(no, contains, f"Fatal Python error: {signal}")
+
+
+def _thread_dump(con: Console) -> list[str]:
+    """faulthandler's dump of the driver's threads: tqdm's monitor and the main thread waiting in ray.get."""
+    rng = con.rng
+    lines = [f"Thread 0x00007f{hex_id(rng, 10)} (most recent call first):"]
+    lines += [f'  File "/usr/lib/python3.10/threading.py", line {n} in {f}' for n, f in ((324, "wait"), (607, "wait"))]
+    lines += [f'  File "{SITE}/tqdm/_monitor.py", line 60 in run',
+              '  File "/usr/lib/python3.10/threading.py", line 1016 in _bootstrap_inner',
+              '  File "/usr/lib/python3.10/threading.py", line 973 in _bootstrap', "",
+              f"Current thread 0x00007f{hex_id(rng, 10)} (most recent call first):"]
+    for path, line, func in ((f"{SITE}/ray/_private/worker.py", 930, "get_objects"),
+                             (f"{SITE}/ray/_private/worker.py", 2822, "get"),
+                             (f"{SITE}/ray/_private/client_mode_hook.py", 103, "wrapper"),
+                             (f"{SITE}/ray/_private/auto_init_hook.py", 21, "auto_init_wrapper"),
+                             (f"{VERL}/trainer/main_ppo.py", 96, "run_ppo"),
+                             (f"{VERL}/trainer/main_ppo.py", 42, "main"),
+                             (f"{SITE}/hydra/core/utils.py", 186, "run_job"),
+                             (f"{SITE}/hydra/_internal/hydra.py", 119, "run"),
+                             (f"{VERL}/trainer/main_ppo.py", 175, "<module>"),
+                             ("/usr/lib/python3.10/runpy.py", 86, "_run_code"),
+                             ("/usr/lib/python3.10/runpy.py", 196, "_run_module_as_main")):
+        lines.append(f'  File "{path}", line {line} in {func}')
+    lines += ["", "Extension modules: numpy.core._multiarray_umath, numpy.core._multiarray_tests, numpy.linalg._umath_linalg, "
+              "yaml._yaml, psutil._psutil_linux, ray._raylet, torch._C, torch._C._fft, torch._C._linalg, torch._C._nn, "
+              "pyarrow.lib, pandas._libs.lib (total: 112)"]
+    return lines
 
 
 def completed_exit(con: Console) -> None:
     """A finished run sometimes ends with Ray's benign notice about workers receiving SIGTERM at shutdown."""
     if con.rng.random() < 0.3:
-        _raylet_died(con, "Worker exits unexpectedly by a signal. SystemExit is raised (sys.exit is called). "
-                          "Exit code: 1. The process receives a SIGTERM.")
+        raylet_died(con, "Worker exits unexpectedly by a signal. SystemExit is raised (sys.exit is called). "
+                         "Exit code: 1. The process receives a SIGTERM.")
 
 
-def interrupted(con: Console, kind: str, phase: str) -> None:
+def segment_end(con: Console, kind: str, phase: str) -> None:
     """End of a non-final segment: a killed job, or an error that a later resume recovers from."""
     if kind == "nccl_timeout":
         nccl_timeout(con, phase)
@@ -371,16 +386,3 @@ def interrupted(con: Console, kind: str, phase: str) -> None:
         ray_actor_died(con, phase)
     else:
         write_worker_warning(con)
-
-
-WRITERS = {
-    "cuda_oom": cuda_oom,
-    "nccl_timeout": nccl_timeout,
-    "ray_actor_died": ray_actor_died,
-    "host_oom_killed": host_oom_killed,
-    "hang": hang,
-    "nan_divergence": nan_divergence,
-    "python_exception": python_exception,
-    "vllm_engine_error": vllm_engine_error,
-    "unknown": unknown,
-}

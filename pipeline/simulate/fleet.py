@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +16,19 @@ from .dynamics import generate_run
 from .jsonl_log import jsonl_segment, write_jsonl
 from .spec import RunSpec, draw_spec
 from .vocab import ANOMALY_CLASSES, FAILURE_CLASSES
+from .wandb_files import write_wandb_files
 
 GENERATOR = "verl-health simulate 1"
 
 
-def plan_fleet(runs: int, seed: int) -> list[tuple[str, list[str]]]:
-    """(failure class, anomaly classes) per run: a third healthy, the rest cycling through both vocabularies."""
+# The failure classes the non-healthy runs cycle through: every class early on, then the new
+# outcomes (interrupted, no_outcome) and hang a second time, so each of their kinds shows up.
+CLASS_CYCLE = (*FAILURE_CLASSES, "interrupted", "hang", "no_outcome")
+
+
+def plan_fleet(runs: int, seed: int) -> list[tuple[str, list[str], int]]:
+    """(failure class, anomaly classes, variant) per run: a third healthy, the rest cycling through both
+    vocabularies. `variant` counts the earlier runs of the same class: it picks the kind of ending."""
     plans: list[tuple[str, list[str]]] = []
     j = 0
     for i in range(runs):
@@ -30,25 +38,31 @@ def plan_fleet(runs: int, seed: int) -> list[tuple[str, list[str]]]:
         anomalies = [ANOMALY_CLASSES[j % len(ANOMALY_CLASSES)]]
         if j % 4 == 3:
             anomalies.append(ANOMALY_CLASSES[(j + 5) % len(ANOMALY_CLASSES)])
-        plans.append((FAILURE_CLASSES[j % len(FAILURE_CLASSES)], anomalies))
+        plans.append((CLASS_CYCLE[j % len(CLASS_CYCLE)], anomalies))
         j += 1
     np.random.default_rng([seed, 0]).shuffle(plans)
-    return plans
+    seen: Counter[str] = Counter()
+    planned = []
+    for cls, anomalies in plans:
+        planned.append((cls, anomalies, seen[cls]))
+        seen[cls] += 1
+    return planned
 
 
 def make_spec(seed: int, index: int, failure_class: str, anomalies: list[str], steps_scale: float = 1.0,
-              chatter: int = 0) -> RunSpec:
+              chatter: int = 0, variant: int = 0) -> RunSpec:
     """The spec of run `index` of a fleet with `seed` (same arguments, same run)."""
     rng = np.random.default_rng([seed, index + 1])
-    spec = draw_spec(rng, index, failure_class, anomalies, steps_scale, seed=int(rng.integers(2**62)))
+    spec = draw_spec(rng, index, failure_class, anomalies, steps_scale, seed=int(rng.integers(2**62)),
+                     variant=variant)
     spec.chatter = chatter
     return spec
 
 
 def fleet_specs(runs: int, seed: int, steps_scale: float = 1.0, chatter: int = 0) -> list[RunSpec]:
     """The specs of every run of the fleet `simulate_fleet` writes for these arguments."""
-    return [make_spec(seed, index, failure_class, anomalies, steps_scale, chatter)
-            for index, (failure_class, anomalies) in enumerate(plan_fleet(runs, seed))]
+    return [make_spec(seed, index, failure_class, anomalies, steps_scale, chatter, variant)
+            for index, (failure_class, anomalies, variant) in enumerate(plan_fleet(runs, seed))]
 
 
 def write_run(spec: RunSpec, archive_dir: Path) -> dict:
@@ -64,6 +78,9 @@ def write_run(spec: RunSpec, archive_dir: Path) -> dict:
     with open(staging / "train.log", "w", encoding="utf-8", newline="\n") as out:
         failure, con = write_train_log(trace, out, worker_dir)
         worker_files = [f"ray_logs/{name}" for name in con.close()]
+    log_name = f"{spec.run_id}.log" if spec.archive_form == "gz" else "train.log"
+    if spec.capture == "wandb":
+        log_name = _wandb_folder(staging, trace, con)
     jsonl_file = None
     launch = jsonl_segment(spec) if spec.has_jsonl else None
     if launch is not None:
@@ -77,28 +94,44 @@ def write_run(spec: RunSpec, archive_dir: Path) -> dict:
         elif entry.exists():
             entry.unlink()
     entry = finish_entry(staging, archive_dir, spec.run_id, spec.archive_form, con.clock)
-    log_name = f"{spec.run_id}.log" if spec.archive_form == "gz" else "train.log"
-    return _labels(spec, trace, failure, entry, log_name, jsonl_file, worker_files, con.clock)
+    return _labels(spec, trace, failure, entry, log_name, jsonl_file, worker_files, con)
+
+
+def _wandb_folder(staging: Path, trace, con) -> str:
+    """Move the console capture into its wandb run folder beside wandb's other files; return its path."""
+    files = Path("wandb") / con.wandb_run / "files"
+    (staging / files).mkdir(parents=True)
+    (staging / "train.log").rename(staging / files / "output.log")
+    write_wandb_files(staging / files, trace, con.wandb_started, con.clock)
+    return (files / "output.log").as_posix()
 
 
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
 
 
-def _labels(spec, trace, failure, entry, log_name, jsonl_file, worker_files, end_ts) -> dict:
+def _labels(spec, trace, failure, entry, log_name, jsonl_file, worker_files, con) -> dict:
     return {
         "failure_class": spec.failure_class,
+        "stop_reason": spec.stop_reason,
+        "hang_reason": failure.hang_reason if failure else None,
+        "hang_evidence": spec.hang_evidence,
         "last_step": spec.last_step,
         "expected_steps": spec.total_steps,
-        "n_steps_logged": len(set(trace.step.tolist())),
+        "n_steps_logged": len(set(trace.step.tolist())) if spec.step_lines else 0,
+        "step_lines": spec.step_lines,
         "first_error_line_contains": failure.contains if failure else None,
         "format": spec.fmt,
         "archive_form": spec.archive_form,
+        "capture": spec.capture,
         "episodes": [e.label() for e in spec.episodes],
         "failure_phase": spec.failure_phase,
         "root_cause_file": log_name if failure else None,
         "root_cause_line_no": failure.root_line_no if failure else None,
         "signature": failure.signature if failure else None,
+        "rendezvous": spec.rendezvous,
+        "crash_in_step_1": spec.step1,
+        "buffered_steps": spec.buffered_steps,
         "segments": len(spec.segments),
         "segment_start_steps": [s.start_step for s in spec.segments],
         "has_jsonl": jsonl_file is not None,
@@ -109,8 +142,8 @@ def _labels(spec, trace, failure, entry, log_name, jsonl_file, worker_files, end
         "debug_memory": spec.debug_memory,
         "ansi": spec.ansi,
         "runner_name": spec.runner_name,
-        "first_ts": _iso(spec.start_ts),
-        "last_ts": _iso(end_ts),
+        "first_ts": _iso(con.wandb_started if spec.capture == "wandb" else spec.start_ts),
+        "last_ts": _iso(con.clock),
         "project_name": spec.project,
         "experiment_name": spec.experiment,
         "model_path": spec.model_path,

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .vocab import ARCHIVE_FORMS, DATASETS, FORMATS, MODELS
+from .vocab import ARCHIVE_FORMS, DATASETS, FORMATS, HANG_EVIDENCE, MODELS, PHASE_HEADS
 
-# Phases a crash of each class can happen in (startup = before the first step).
+# Phases a run of each class can end in (startup = before the first step; None = between two steps).
 CRASH_PHASES = {
     "cuda_oom": ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor", "startup"),
     "nccl_timeout": ("update_actor", "update_critic", "old_log_prob", "gen"),
@@ -18,10 +18,19 @@ CRASH_PHASES = {
     "nan_divergence": ("gen",),
     "python_exception": ("reward", "testing", "startup"),
     "vllm_engine_error": ("gen", "testing", "startup"),
+    "interrupted": (None, "gen", "old_log_prob", "update_actor"),
+    "no_outcome": (None, "gen", "reward", "testing", "old_log_prob", "update_actor"),
     "unknown": ("gen", "update_actor", "old_log_prob"),
     "completed": (None,),
 }
 CRITIC_PHASES = ("values", "update_critic")
+# Classes whose traceback names the phase, so a crash inside step 1 (after the initial validation) is told apart.
+STEP1_CLASSES = ("cuda_oom", "nccl_timeout", "ray_actor_died", "host_oom_killed", "python_exception",
+                 "vllm_engine_error")
+# The stop reasons interrupted runs cycle through: Ctrl-C, the most common, every other time.
+STOP_CYCLE = ("keyboard", "time_limit", "keyboard", "cancelled", "keyboard", "sigterm")
+# Classes whose log shows the phase only through the lines the phase prints (no traceback names it).
+SILENT_CLASSES = ("hang", "interrupted", "no_outcome", "unknown")
 SLOWDOWN_PHASE = {
     "gen_slowdown": "gen",
     "old_log_prob_slowdown": "old_log_prob",
@@ -108,11 +117,25 @@ class RunSpec:
     ip: str = "10.0.0.1"
     chatter: int = 0
     disk_warnings: bool = False
+    stop_reason: str | None = None  # interrupted: keyboard, time_limit, cancelled or sigterm
+    hang_evidence: str | None = None  # hang: timestamps, progress_bar, debugger or slurm_idle
+    rendezvous: bool = False  # nccl_timeout: torch.distributed's rendezvous fails while the engine starts
+    step1: bool = False  # the crash happens inside step 1, after the initial validation
+    buffered_steps: int = 0  # step lines the TaskRunner's stdout buffer flushes after a Ctrl-C traceback
+    step_lines: bool = True  # the console logger is on (trainer.logger=['wandb'] prints no step lines)
+    capture: str = "tee"  # "tee": the driver console; "wandb": the TaskRunner's wandb files/output.log
 
     @property
     def last_step(self) -> int:
         """Last training step logged in the final segment (0 if none)."""
         return self.segments[-1].end_step
+
+    @property
+    def loggers(self) -> list[str]:
+        """`trainer.logger`: the console logger prints the step lines; file writes the JSONL."""
+        if not self.step_lines:
+            return ["wandb"]
+        return ["console", "file"] if self.has_jsonl else ["console", "wandb"]
 
     @property
     def world_size(self) -> int:
@@ -131,8 +154,12 @@ class RunSpec:
 
 
 def draw_spec(rng: np.random.Generator, index: int, failure_class: str, anomalies: list[str],
-              steps_scale: float, seed: int) -> RunSpec:
-    """Draw a realistic config for run `index`, then place its ending and anomaly episodes."""
+              steps_scale: float, seed: int, variant: int = 0) -> RunSpec:
+    """Draw a realistic config for run `index`, then place its ending and anomaly episodes.
+
+    `variant` counts the earlier runs of the same class in the fleet: it cycles each class through
+    its kinds (stop reasons, hang evidence, start-up rendezvous, crashes inside step 1, wandb captures).
+    """
     fmt = str(rng.choice(FORMATS, p=[0.45, 0.3, 0.25]))
     algo = "gae" if rng.random() < 0.3 else "grpo"
     model = MODELS[int(rng.integers(len(MODELS)))]
@@ -176,51 +203,102 @@ def draw_spec(rng: np.random.Generator, index: int, failure_class: str, anomalie
     spec.start_ts = float(era + index * 21_611 + int(rng.integers(0, 3600)))
     spec.hostname = f"gpu-node-{int(rng.integers(1, 64)):02d}"
     spec.ip = f"10.{int(rng.integers(0, 255))}.{int(rng.integers(0, 255))}.{int(rng.integers(2, 250))}"
+    _place_variant(spec, variant)
     _place_ending(rng, spec)
-    _place_episodes(rng, spec, anomalies)
+    _place_episodes(rng, spec, anomalies if spec.step_lines else [])
     return spec
 
 
+def _place_variant(spec: RunSpec, variant: int) -> None:
+    cls = spec.failure_class
+    if cls == "interrupted":
+        spec.stop_reason = STOP_CYCLE[variant % len(STOP_CYCLE)]
+        if spec.stop_reason == "keyboard":
+            spec.buffered_steps = (2, 1, 0)[(variant // 2) % 3]
+    elif cls == "hang":
+        spec.hang_evidence = HANG_EVIDENCE[variant % len(HANG_EVIDENCE)]
+    elif cls == "nccl_timeout":
+        spec.rendezvous = variant % 2 == 1
+    if cls in STEP1_CLASSES and variant % 4 == 2:
+        spec.step1 = True
+    if (cls, variant % 3) == ("no_outcome", 1) or (cls, variant % 12) == ("completed", 5):
+        spec.capture = "wandb"
+    elif (cls, variant % 3) == ("no_outcome", 2) or (cls, variant % 12) == ("completed", 11):
+        spec.step_lines = False
+    if spec.capture == "wandb" or not spec.step_lines:
+        spec.archive_form, spec.has_jsonl, spec.worker_logs = "dir", False, False
+
+
 def _place_ending(rng: np.random.Generator, spec: RunSpec) -> None:
-    phases = [p for p in CRASH_PHASES[spec.failure_class]
-              if (spec.has_critic or p not in CRITIC_PHASES) and (spec.save_freq > 0 or p != "save_checkpoint")]
-    phase = phases[int(rng.integers(len(phases)))]
-    if phase == "startup" and rng.random() < 0.5 and len(phases) > 1:
-        phase = phases[0]
-    total = spec.total_steps
-    if spec.failure_class == "completed":
-        end = total
-    elif phase == "startup":
-        end = 0
-    else:
-        end = int(rng.integers(max(1, int(total * 0.3)), max(2, int(total * 0.95))))
-        end = min(end, total - 1)
+    phase = _ending_phase(rng, spec)
+    end = _ending_step(rng, spec, phase)
     if phase == "save_checkpoint":
         # a checkpoint crash happens on a save step: the step before it is the last one logged
         end = max(0, (end // spec.save_freq) * spec.save_freq - 1)
         if end + 1 < spec.save_freq:
             phase = "gen"
-            end = min(total - 1, max(end, 1))
+            end = min(spec.total_steps - 1, max(end, 1))
     if phase == "testing":
         end = max(0, ((end + 1) // spec.test_freq) * spec.test_freq - 1)
     spec.failure_phase = phase
-    if spec.failure_class == "hang":
-        # a hang is only visible through the phase's last lines: vLLM preemption or DEBUG memory lines
-        if phase == "gen":
-            spec.rollout = "vllm"
-        else:
-            spec.debug_memory = True
-    segments: list[Segment] = []
-    if spec.save_freq > 0 and end > spec.save_freq + 2 and rng.random() < 0.35:
-        ckpts = list(range(spec.save_freq, end - 1, spec.save_freq))
-        ckpt = ckpts[int(rng.integers(len(ckpts)))]
-        seg_end = int(rng.integers(ckpt, min(end, ckpt + spec.save_freq)))
-        options = [k for k in ("killed", "nccl_timeout", "ray_actor_died") if k != spec.failure_class]
-        segments.append(Segment(0, seg_end, options[int(rng.integers(len(options)))]))
-        segments.append(Segment(ckpt, end))
-    else:
-        segments.append(Segment(0, end))
-    spec.segments = segments
+    _show_phase(spec)
+    spec.segments = _segments(rng, spec, end)
+
+
+def _ending_phase(rng: np.random.Generator, spec: RunSpec) -> str | None:
+    cls = spec.failure_class
+    if spec.rendezvous:
+        return "startup"
+    if cls == "hang" and spec.hang_evidence == "debugger":
+        return "startup" if rng.random() < 0.5 else "reward"
+    if spec.stop_reason == "keyboard" and spec.buffered_steps == 1:
+        return "gen"  # Ctrl-C during the first rollout, the initial validation's lines still buffered
+    excluded: tuple = ("startup", "testing", "save_checkpoint") if spec.step1 else ()
+    if spec.capture == "wandb":
+        excluded = tuple(PHASE_HEADS)  # the TaskRunner's capture holds no worker line that would show them
+    phases = [p for p in CRASH_PHASES[cls]
+              if (spec.has_critic or p not in CRITIC_PHASES) and (spec.save_freq > 0 or p != "save_checkpoint")
+              and p not in excluded]
+    phase = phases[int(rng.integers(len(phases)))]
+    if phase == "startup" and rng.random() < 0.5 and len(phases) > 1:
+        phase = phases[0]
+    return phase
+
+
+def _ending_step(rng: np.random.Generator, spec: RunSpec, phase: str | None) -> int:
+    """The last step logged before the run ends."""
+    total = spec.total_steps
+    if spec.failure_class == "completed":
+        return total
+    if phase == "startup" or spec.step1 or (spec.stop_reason == "keyboard" and spec.buffered_steps == 1):
+        return 0
+    if spec.hang_evidence == "slurm_idle":
+        # the stall must outlast the training by far for the job's CPU efficiency to fall to ~0%
+        return int(rng.integers(1, max(2, min(5, total))))
+    end = int(rng.integers(max(1, int(total * 0.3)), max(2, int(total * 0.95))))
+    return min(end, total - 1)
+
+
+def _show_phase(spec: RunSpec) -> None:
+    """Runs whose ending no traceback names print the phase's own lines (DEBUG memory, vLLM preemption)."""
+    phase = spec.failure_phase
+    if spec.failure_class not in SILENT_CLASSES:
+        return
+    if phase == "gen" and spec.failure_class == "hang":
+        spec.rollout = "vllm"
+    if phase in PHASE_HEADS:
+        spec.debug_memory = True
+
+
+def _segments(rng: np.random.Generator, spec: RunSpec, end: int) -> list[Segment]:
+    single = spec.capture == "wandb" or not spec.step_lines
+    if single or not (spec.save_freq > 0 and end > spec.save_freq + 2 and rng.random() < 0.35):
+        return [Segment(0, end)]
+    ckpts = list(range(spec.save_freq, end - 1, spec.save_freq))
+    ckpt = ckpts[int(rng.integers(len(ckpts)))]
+    seg_end = int(rng.integers(ckpt, min(end, ckpt + spec.save_freq)))
+    options = [k for k in ("killed", "nccl_timeout", "ray_actor_died") if k != spec.failure_class]
+    return [Segment(0, seg_end, options[int(rng.integers(len(options)))]), Segment(ckpt, end)]
 
 
 def _free_range(taken: list[tuple[int, int]], lo: int, hi: int, length: int,
@@ -257,7 +335,7 @@ def _place_episodes(rng: np.random.Generator, spec: RunSpec, anomalies: list[str
     last = spec.last_step
     taken: list[tuple[int, int]] = []
     episodes: list[Episode] = []
-    crashed = spec.failure_class not in ("completed", "hang", "unknown") and last >= 1
+    crashed = spec.failure_class not in ("completed", *SILENT_CLASSES) and last >= 1
     if crashed and spec.failure_class == "cuda_oom" and last - first >= 4:
         length = int(rng.integers(3, min(10, last - first) + 1))
         episodes.append(Episode("memory_pressure", last - length + 1, last, _magnitude(rng, "memory_pressure", False)))

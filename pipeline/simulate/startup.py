@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
+
 from .config_dump import config_pprint_lines, overrides
 from .console import Console, hex_id, vllm_ts
-from .spec import Segment
+from .spec import RunSpec, Segment
+
+WANDB_VERSION = "0.19.8"
 
 
 def write_launch(con: Console, seg: Segment, first: bool) -> None:
@@ -115,7 +121,27 @@ def write_checkpoint_lookup(con: Console, seg: Segment) -> None:
     con.worker(f"INFO:{con.ts()}:[Rank 0] Loaded model from {folder}/actor/model_world_size_{spec.world_size}_rank_0.pt")
 
 
-def write_file_logger(con: Console) -> None:
-    """`Tracking` creates the file logger as `fit()` starts."""
-    if con.spec.has_jsonl:
-        con.runner(f"Creating file logger at ./{con.spec.project}/{con.spec.experiment}.jsonl")
+def write_tracking(con: Console) -> None:
+    """`Tracking` creates the loggers as `fit()` starts: the file logger, or wandb (whose capture begins here)."""
+    spec = con.spec
+    if spec.has_jsonl:
+        con.runner(f"Creating file logger at ./{spec.project}/{spec.experiment}.jsonl")
+    if "wandb" in spec.loggers:
+        con.wandb_run, con.wandb_started = wandb_run_name(spec, con.clock), con.clock
+        run_key = con.wandb_run.rsplit("-", 1)[1]
+        con.runner("wandb: Currently logged in as: verl-user (verl-user-org) to https://api.wandb.ai. Use "
+                   "`wandb login --relogin` to force relogin",
+                   f"wandb: Tracking run with wandb version {WANDB_VERSION}",
+                   f"wandb: Run data is saved locally in /workspace/{spec.project}/wandb/{con.wandb_run}",
+                   "wandb: Run `wandb offline` to turn off syncing.",
+                   f"wandb: Syncing run {spec.experiment}",
+                   f"wandb: ⭐️ View project at https://wandb.ai/verl-user-org/{spec.project}",
+                   f"wandb: 🚀 View run at https://wandb.ai/verl-user-org/{spec.project}/runs/{run_key}")
+        con.clock += 2.0
+        con.start_capture()
+
+
+def wandb_run_name(spec: RunSpec, started: float) -> str:
+    """wandb's run folder name: `run-<YYYYMMDD_HHMMSS>-<8-character run id>`."""
+    key = "".join(np.random.default_rng([spec.seed, 53]).choice(list("abcdefghijklmnopqrstuvwxyz0123456789"), 8))
+    return time.strftime("run-%Y%m%d_%H%M%S-", time.gmtime(started)) + key

@@ -10,8 +10,16 @@ FAILURE_CLASSES = (
     "nan_divergence",
     "python_exception",
     "vllm_engine_error",
+    "interrupted",
+    "no_outcome",
     "unknown",
 )
+
+# How an `interrupted` run was stopped (label `stop_reason`).
+STOP_REASONS = ("keyboard", "time_limit", "cancelled", "sigterm")
+
+# What shows that a `hang` run stalled (label `hang_evidence`; `hang_reason` says it in words).
+HANG_EVIDENCE = ("timestamps", "progress_bar", "debugger", "slurm_idle")
 
 ANOMALY_CLASSES = (
     "kl_spike",
@@ -28,6 +36,17 @@ ANOMALY_CLASSES = (
 
 FORMATS = ("np2", "bare", "v04")
 ARCHIVE_FORMS = ("dir", "tar.gz", "gz")
+
+# GPUMemoryLogger heads around each phase: (lines before the work, lines after it).
+PHASE_HEADS = {
+    "gen": (["Before generate_sequences"], ["After generate_sequences"]),
+    "old_log_prob": (["Before compute_log_prob"], ["After compute_log_prob"]),
+    "ref": (["Before compute_ref_log_prob"], ["After compute_ref_log_prob"]),
+    "values": (["dp critic Before compute_values"], ["dp critic After compute_values"]),
+    "update_critic": (["dp critic Before update_critic"], ["dp critic After update_critic"]),
+    "update_actor": (["Before update_actor", "dp actor Before update_policy"],
+                     ["dp actor After update_policy", "After update_actor"]),
+}
 
 # Ray remote method each trainer phase calls; a crash inside the phase names it in the traceback.
 PHASE_METHOD = {
