@@ -8,7 +8,6 @@ import email.policy
 import ipaddress
 import logging
 import smtplib
-import socket
 import ssl
 
 import pytest
@@ -19,6 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from dagster import EnvVar, materialize
+from mail_support import Inbox
+from operate_support import free_port
 from report_fixtures import build_warehouse, every_class_specs, parse_html
 
 from pipeline.assets.report import fleet_report_mail
@@ -52,15 +53,12 @@ def certificate(tmp_path_factory):
     return cert_file, key_file
 
 
-class Inbox:
-    def __init__(self):
-        self.messages: list[tuple[str, list[str], bytes]] = []
-        self.logins: list[str] = []
+class LoginInbox(Inbox):
+    """An inbox that also checks the login and records each successful one."""
 
-    async def handle_DATA(self, server, session, envelope):
-        self.messages.append((envelope.mail_from, list(envelope.rcpt_tos), envelope.original_content
-                              or envelope.content))
-        return "250 OK"
+    def __init__(self):
+        super().__init__()
+        self.logins: list[str] = []
 
     def authenticate(self, server, session, envelope, mechanism, auth_data):
         ok = isinstance(auth_data, LoginPassword) and auth_data.login == USER.encode() \
@@ -68,13 +66,6 @@ class Inbox:
         if ok:
             self.logins.append(mechanism)
         return AuthResult(success=ok, handled=False)
-
-
-def free_port() -> int:
-    # aiosmtpd's Controller probes its own port when starting, so it needs a concrete one.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _server_context(certificate) -> ssl.SSLContext:
@@ -85,7 +76,7 @@ def _server_context(certificate) -> ssl.SSLContext:
 
 @pytest.fixture()
 def starttls_server(certificate):
-    inbox = Inbox()
+    inbox = LoginInbox()
     controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), tls_context=_server_context(certificate),
                             require_starttls=True, auth_required=True, authenticator=inbox.authenticate)
     controller.start()
@@ -121,7 +112,7 @@ def test_fleet_mail_arrives_with_parts_inline_images_and_attachment(starttls_ser
     ours = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("pipeline"))
     assert "mailed" in ours and PASSWORD not in ours
 
-    [(mail_from, rcpts, raw)] = inbox.messages
+    [(mail_from, rcpts, raw, _)] = inbox.mails
     assert mail_from == "verl-health@example.org"
     assert rcpts == ["a@example.org", "b@example.org"]
     assert PASSWORD.encode() not in raw
@@ -151,6 +142,19 @@ def test_fleet_mail_arrives_with_parts_inline_images_and_attachment(starttls_ser
     assert not parse_html(html_part.get_content()).find_all("script")
 
 
+def test_text_part_carries_the_report_tables(fleet_report):
+    """A reader without HTML sees every run with its step and outcome, and the counts by class."""
+    message = build_fleet_mail(fleet_report, sender="s@example.org", recipients=["r@example.org"], subject="x")
+    rows = [[cell.strip() for cell in line.split("|")[1:]]
+            for line in message.get_body(("plain",)).get_content().splitlines() if line.startswith("| ")]
+    by_run = {row[0]: row for row in rows}
+    for spec in every_class_specs():
+        expected = spec.n_steps if spec.failure_class == "completed" else 2 * spec.n_steps
+        assert by_run[spec.run_id][2] == f"{spec.n_steps} / {expected}", spec.run_id
+    counts = {row[0]: row[1] for row in rows if len(row) == 4}
+    assert (counts["Completed"], counts["Python exception"], counts["CUDA OOM"], counts["Hung"]) == ("2", "2", "1", "1")
+
+
 def test_links_become_absolute_when_the_report_is_published(fleet_report):
     message = build_fleet_mail(fleet_report, sender="s@example.org", recipients=["r@example.org"], subject="x",
                                report_url="https://reports.example.org/fleet/latest.html")
@@ -178,7 +182,7 @@ def test_untrusted_certificate_is_refused(starttls_server, certificate, fleet_re
 
 @pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
 def test_implicit_ssl(certificate, fleet_report):
-    inbox = Inbox()
+    inbox = LoginInbox()
     controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), ssl_context=_server_context(certificate),
                             auth_required=True, authenticator=inbox.authenticate,
                             # aiosmtpd only counts STARTTLS as TLS; this whole connection is TLS.
@@ -189,7 +193,7 @@ def test_implicit_ssl(certificate, fleet_report):
         send_mail(message, settings(controller.port, certificate, security="ssl"))
     finally:
         controller.stop()
-    assert len(inbox.messages) == 1 and inbox.logins
+    assert len(inbox.mails) == 1 and inbox.logins
 
 
 def test_bad_security_setting_is_refused(fleet_report):
@@ -201,7 +205,7 @@ def test_bad_security_setting_is_refused(fleet_report):
 def test_fleet_report_mail_asset_sends_through_the_smtp_resource(starttls_server, certificate, fleet_report,
                                                                  monkeypatch, caplog):
     inbox, port = starttls_server
-    before = len(inbox.messages)
+    before = len(inbox.mails)
     monkeypatch.setenv("TEST_SMTP_USER", USER)
     monkeypatch.setenv("TEST_SMTP_PASSWORD", PASSWORD)
     smtp = SmtpResource(host="127.0.0.1", port=port, security="starttls", user=EnvVar("TEST_SMTP_USER"),
@@ -215,7 +219,7 @@ def test_fleet_report_mail_asset_sends_through_the_smtp_resource(starttls_server
     assert result.success
     [event] = result.get_asset_materialization_events()
     assert event.materialization.metadata["sent"].value is True
-    [(mail_from, rcpts, raw)] = inbox.messages[before:]
+    [(mail_from, rcpts, raw, _)] = inbox.mails[before:]
     assert (mail_from, rcpts) == ("verl-health@example.org", ["team@example.org"])
     got = email.message_from_bytes(raw, policy=email.policy.default)
     assert got["Subject"].startswith("verl-health fleet report ")
