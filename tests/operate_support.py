@@ -19,12 +19,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_run(archive: Path, run_id: str, steps: int = 3, age_s: float = 3600.0) -> Path:
-    """A minimal verl console log as `<archive>/<run_id>/train.log`, its mtime `age_s` in the past."""
+def write_run(archive: Path, run_id: str, steps: int | list[int] = 3, age_s: float = 3600.0) -> Path:
+    """A minimal verl console log as `<archive>/<run_id>/train.log` (steps 1..`steps`, or the steps
+    listed), its mtime `age_s` in the past."""
     folder = archive / run_id
     folder.mkdir(parents=True, exist_ok=True)
+    numbers = range(1, steps + 1) if isinstance(steps, int) else steps
     lines = [f"(TaskRunner pid=42) step:{s} - actor/pg_loss:0.{s} - timing_s/gen:1.{s} - timing_s/step:2.{s}"
-             for s in range(1, steps + 1)]
+             for s in numbers]
     log = folder / "train.log"
     log.write_text("\n".join(lines) + "\n")
     set_age(folder, age_s)

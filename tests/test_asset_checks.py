@@ -1,13 +1,21 @@
-"""Asset checks through Dagster: they pass on good data, fail on broken data, and one bad run stops no other."""
+"""Asset checks through Dagster: they pass on good data, fail or warn on partitions built to violate
+them, and one bad run stops no other."""
 
 from __future__ import annotations
 
+import json
+import time
+
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from dagster import DagsterInstance, materialize
+from dagster import AssetCheckSeverity, AssetSelection, DagsterInstance, materialize
 from operate_support import write_run
 
+from pipeline import lake
 from pipeline.analysis import partition_tags
+from pipeline.assets import derive as derive_assets
 from pipeline.assets import ingest as ingest_assets
+from pipeline.assets.detect import anomaly_model_fresh
 from pipeline.definitions import build_definitions
 from pipeline.incremental import REINGEST_TAG
 from pipeline.lake import connect, run_partition_dir
@@ -29,6 +37,67 @@ def _materialize(tmp_path, run_ids, selection, **extra_tags):
 
 def _checks(result) -> dict[tuple[str, str], bool]:
     return {(e.asset_key.to_user_string(), e.check_name): e.passed for e in result.get_asset_check_evaluations()}
+
+
+def _evaluation(result, asset: str, check: str):
+    [found] = [e for e in result.get_asset_check_evaluations()
+               if (e.asset_key.to_user_string(), e.check_name) == (asset, check)]
+    return found
+
+
+def test_steps_contiguous_warns_on_a_gap(tmp_path):
+    """A console log that jumps from step 3 to step 7 is ingested with a warning that names the gap."""
+    write_run(tmp_path / "archive", "gappy", steps=[1, 2, 3, 7, 8])
+    result = _materialize(tmp_path, ["gappy"], ["runs", "log_lines", "step_metrics"])
+    assert result.success
+    check = _evaluation(result, "step_metrics", "steps_contiguous")
+    assert (check.passed, check.severity) == (False, AssetCheckSeverity.WARN)
+    assert check.metadata["gaps"].value == {"gappy": [[3, 7]]}
+
+
+def test_phase_sums_warn_when_shares_do_not_add_up(tmp_path, monkeypatch):
+    """A step_phases partition whose shares sum to 1.5 on every step (a derivation bug, injected after the
+    SQL) makes the check warn, with the run and its count of bad steps."""
+    write_run(tmp_path / "archive", "run-a", steps=5)
+    real_derive = derive_assets.derive_run_table
+
+    def overcounting(warehouse, table, run_ids):
+        rows = real_derive(warehouse, table, run_ids)
+        if table == "step_phases":
+            part = lake.run_partition_dir(warehouse, table, "run-a") / "part-0.parquet"
+            data = pq.read_table(part)
+            share = data.column_names.index("share_gen")
+            data = data.set_column(share, "share_gen", pc.add(pc.fill_null(data.column(share), 0.0), 0.5))
+            lake.write_run_table(warehouse, table, "run-a", data)
+        return rows
+
+    monkeypatch.setattr(derive_assets, "derive_run_table", overcounting)
+    result = _materialize(tmp_path, ["run-a"], ["runs", "log_lines", "step_metrics", "step_phases"])
+    check = _evaluation(result, "step_phases", "phase_sums_consistent")
+    assert (check.passed, check.severity) == (False, AssetCheckSeverity.WARN)
+    assert check.metadata["runs_with_bad_sums"].value == {"run-a": 5}
+
+
+def test_model_freshness_warns_on_a_stale_or_missing_model(tmp_path):
+    """Run alone through Dagster, the check warns with no model and with one fitted 30 days ago, and
+    passes with one fitted an hour ago."""
+    defs = build_definitions(tmp_path / "archive", tmp_path / "wh", tmp_path / "reports", quiet_period_s=0)
+    meta = tmp_path / "wh" / "models" / "anomaly_model.json"
+
+    def check():
+        result = materialize([*defs.assets, anomaly_model_fresh], resources=defs.resources,
+                             selection=AssetSelection.checks(anomaly_model_fresh),
+                             instance=DagsterInstance.ephemeral())
+        [evaluation] = result.get_asset_check_evaluations()
+        assert evaluation.severity == AssetCheckSeverity.WARN
+        return evaluation.passed, evaluation.metadata["age_days"].value
+
+    assert check() == (False, -1.0)
+    meta.parent.mkdir(parents=True)
+    for days_ago, fresh in ((30, False), (1 / 24, True)):
+        meta.write_text(json.dumps({"fitted_at_unix": time.time() - days_ago * 86400}))
+        passed, age = check()
+        assert passed is fresh and abs(age - days_ago) < 0.01, (days_ago, passed, age)
 
 
 def test_checks_pass_on_good_runs(tmp_path):
