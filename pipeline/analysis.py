@@ -14,7 +14,7 @@ from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.lake import connect, refresh_catalog
 from pipeline.quality import model_age_days, model_refit_due
 
-RUN_DERIVED = ("step_phases", "step_health", "run_events", "run_summary", "config_findings")
+RUN_DERIVED = ("step_phases", "step_health", "run_events", "run_summary", "config_findings", "run_advice")
 FLEET_DERIVED = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
 # Dagster's console logger prints every step event at DEBUG; the command line shows a summary instead.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

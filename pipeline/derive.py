@@ -20,9 +20,19 @@ from pipeline import lake
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "knowledge" / "derive_thresholds.toml"
+ADVICE_FILE = Path(__file__).resolve().parent / "knowledge" / "run_advice.toml"
+# every field an advice rule may set (see run_advice.toml); a rule leaves the rest null
+ADVICE_FIELDS = {
+    "name": str, "rank": int, "classes": list, "phases": list, "text": str, "hang": str, "finding": str,
+    "requires": str, "unless": str, "older": str, "fact": str, "min_fact": float, "kind": str, "setting": str,
+    "action": str, "delta": float, "at_least": float, "at_most": float, "value": str, "direction": str,
+    "why": str,
+    "source": str,
+}
+ADVICE_ACTIONS = ("halve", "double", "step", "enable", "disable", "set")
 
 # In dependency order: run_summary reads step_phases, step_health and run_events.
-RUN_TABLES = ("step_phases", "step_health", "run_events", "run_summary", "config_findings")
+RUN_TABLES = ("step_phases", "step_health", "run_events", "run_summary", "config_findings", "run_advice")
 FLEET_TABLES = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
 
 # The tables each SQL file reads; only those get a view, since binding a view reads every file's footer.
@@ -32,6 +42,7 @@ _READS = {
     "run_events": ("log_lines",),
     "run_summary": ("runs", "log_lines", "step_phases", "run_events", "step_health"),
     "config_findings": ("runs", "log_lines", "step_metrics", "run_events", "step_health"),
+    "run_advice": ("run_summary", "config_findings"),
     **{name: ("run_summary", "step_phases") for name in FLEET_TABLES},
 }
 
@@ -64,6 +75,23 @@ def _thresholds_file() -> dict[str, dict[str, float]]:
         return tomllib.load(fh)
 
 
+@functools.cache
+def advice_rules() -> tuple[dict, ...]:
+    """The rules of run_advice.toml, each with every field of ADVICE_FIELDS (null where not set)."""
+    with ADVICE_FILE.open("rb") as fh:
+        rules = tomllib.load(fh)["rule"]
+    out = []
+    for rule in rules:
+        unknown = set(rule) - set(ADVICE_FIELDS)
+        if unknown or rule.get("action") not in ADVICE_ACTIONS:
+            raise ValueError(f"advice rule {rule.get('name')!r}: unknown fields {sorted(unknown)} "
+                             f"or action {rule.get('action')!r} (see {ADVICE_FILE.name})")
+        full = {key: (kind(rule[key]) if key in rule else None) for key, kind in ADVICE_FIELDS.items()}
+        full["kind"] = full["kind"] or "config"
+        out.append(full)
+    return tuple(out)
+
+
 def default_thresholds() -> dict[str, dict[str, float]]:
     """The thresholds each SQL file binds as `$thresholds`, by table (from derive_thresholds.toml)."""
     return {table: dict(values) for table, values in _thresholds_file().items()}
@@ -79,6 +107,8 @@ def _params(name: str, run_ids: list[str], thresholds: Mapping[str, Mapping[str,
         raise ValueError(f"{name} has no thresholds {sorted(unknown)} (see {THRESHOLDS_FILE.name})")
     if defaults is not None:
         params["thresholds"] = {**defaults, **overrides}
+    if name == "run_advice":
+        params["rules"] = list(advice_rules())
     return params
 
 

@@ -17,7 +17,7 @@ from pipeline.resources import ArchiveResource, ReportsResource, WarehouseResour
 
 PER_RUN_ASSETS = [
     "runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
-    "config_findings", "step_anomalies", "run_report",
+    "config_findings", "run_advice", "step_anomalies", "run_report",
 ]
 FLEET_ASSETS = ["fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines"]
 NIGHTLY_ASSETS = [*FLEET_ASSETS, "fleet_report", "fleet_report_mail", "published_warehouse"]

@@ -26,6 +26,7 @@ PER_RUN_TABLES = (
     "run_events",
     "run_summary",
     "config_findings",
+    "run_advice",
     "step_anomalies",
 )
 FLEET_TABLES = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")

@@ -51,3 +51,20 @@ def test_paused_run_report_says_debugger_not_failure(analyzed_real_logs):
     verdict = doc.find("section", id_="verdict")
     assert verdict.attrs["data-failure-class"] == "hang"
     assert "Ray debugger breakpoint" in verdict.text()
+
+
+def test_oom_report_advises_the_runs_own_log_prob_micro_batch(analyzed_real_logs, real_logs_dir):
+    """Log 18 ran out of memory in compute_log_prob; its config dump sets the rollout's
+    log_prob_micro_batch_size (early-2025 verl's global key) to 128: the report says halve it to 64."""
+    import re
+
+    from report_fixtures import parse_html
+
+    text = next(real_logs_dir.glob("18_*.log")).read_text(errors="replace")
+    dumped = set(re.findall(r"'log_prob_micro_batch_size': (\d+)", text))
+    assert dumped == {"128"}
+    run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith("18_"))
+    doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+    first = doc.find("table", id_="run-advice").find("tbody").find("tr")
+    assert first.attrs["data-setting"] == "actor_rollout_ref.rollout.log_prob_micro_batch_size"
+    assert first.find("td", cls="current").text() == "128" and first.find("td", cls="suggested").text() == "64"

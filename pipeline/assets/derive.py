@@ -33,6 +33,10 @@ RUN_TABLES = {
         "Configuration problems the logs show, each with its evidence line.",
         ["runs", "log_lines", "step_metrics", "step_health", "run_events"],
     ),
+    "run_advice": (
+        "Per run that did not complete: each configuration change to try, from the run's own value.",
+        ["run_summary", "config_findings"],
+    ),
 }
 FLEET_TABLES = {
     "fleet_daily": ("Runs per day with failure counts by class.", ["run_summary"]),

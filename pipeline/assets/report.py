@@ -25,7 +25,7 @@ def report_day(context: AssetExecutionContext) -> dt.date:
 
 
 @asset(
-    deps=["run_summary", "step_phases", "step_health", "run_events", "config_findings", "step_anomalies",
+    deps=["run_summary", "step_phases", "step_health", "run_events", "config_findings", "run_advice", "step_anomalies",
           "run_baselines"],
     partitions_def=run_partitions,
     backfill_policy=BackfillPolicy.single_run(),

@@ -239,6 +239,7 @@ class RunReportData:
     baseline: list[dict[str, Any]]
     earlier_runs: list[dict[str, Any]]
     failure_advice: Advice = field(default_factory=Advice)
+    run_advice: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _one(con, table: str, run_id: str) -> dict[str, Any]:
@@ -393,6 +394,14 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
                 con, "select * exclude (run_id) from run_baselines where run_id = $run_id", {"run_id": run_id}
             )
         earlier = _earlier_runs(con, run_id, merged)
+        run_advice = []
+        if columns(con, "run_advice"):
+            run_advice = rows(con, "select * exclude (run_id) from run_advice where run_id = $run_id order by rank",
+                              {"run_id": run_id})
+        failure_advice = advice_entry("failure", merged.get("failure_class"))
+        if run_advice:
+            # the run's own rows replace the class's generic list of changes
+            failure_advice.changes = []
         return RunReportData(
             run_id=run_id,
             summary=merged,
@@ -411,7 +420,8 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
             episodes=episodes,
             baseline=baseline,
             earlier_runs=earlier,
-            failure_advice=advice_entry("failure", merged.get("failure_class")),
+            failure_advice=failure_advice,
+            run_advice=run_advice,
         )
     finally:
         con.close()

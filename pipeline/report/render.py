@@ -289,6 +289,7 @@ def run_context(data: RunReportData) -> dict[str, Any]:
         "error_events": data.error_events,
         "findings": data.findings,
         "failure_advice": data.failure_advice,
+        "run_advice": data.run_advice,
         "phase_table": table,
         "bottleneck": bottleneck,
         "median_step": median_step,
