@@ -1,9 +1,14 @@
-"""Two materialisations at once over overlapping runs corrupt nothing: every partition equals a single run's."""
+"""Concurrent writers corrupt nothing: forced interleavings of two rewrites of one run, two processes
+rewriting it, and two materialisations over overlapping runs (every partition equals a single run's)."""
 
+import contextlib
+import os
 import subprocess
 import sys
+import threading
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 from operate_support import ROOT, simulate
 
@@ -16,17 +21,18 @@ WORKER = """
 import sys
 from dagster import DagsterInstance, materialize
 from pipeline import lake
+from pipeline.analysis import partition_tags
 from pipeline.definitions import build_definitions
+from pipeline.incremental import REINGEST_TAG
 archive, warehouse, reports, rounds, *run_ids = sys.argv[1:]
 defs = build_definitions(archive, warehouse, reports, quiet_period_s=0)
 instance = DagsterInstance.ephemeral()
 instance.add_dynamic_partitions("run_id", run_ids)
 for _ in range(int(rounds)):
-    for run_id in run_ids:
-        result = materialize(list(defs.assets), instance=instance, resources=defs.resources,
-                             selection={tables}, partition_key=run_id)
-        assert result.success, run_id
-        lake.refresh_catalog(warehouse)
+    result = materialize(list(defs.assets), instance=instance, resources=defs.resources, selection={tables},
+                         tags={{**partition_tags(run_ids), REINGEST_TAG: "true"}})
+    assert result.success
+    lake.refresh_catalog(warehouse)
 """
 
 
@@ -39,6 +45,46 @@ data = pa.table({"x": list(range(2000)), "writer": [tag] * 2000})
 for _ in range(150):
     lake.write_run_table(warehouse, "log_lines", "run-a", data)
 """
+
+
+class LockstepRenames:
+    """Stands in for `os` inside pipeline.lake: each rename waits (up to 1 s) until the other writer is at
+    a rename too, so two unguarded swaps of one partition always collide."""
+
+    def __init__(self):
+        self.barrier = threading.Barrier(2, timeout=1.0)
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def rename(self, src, dst):
+        with contextlib.suppress(threading.BrokenBarrierError):
+            self.barrier.wait()
+        os.rename(src, dst)
+
+
+def test_the_partition_lock_serialises_two_swaps(tmp_path, monkeypatch):
+    """Two rewrites of one run with their renames forced into lockstep: the partition lock makes one
+    wait for the other, so both succeed, one writer's rows are kept whole, and nothing is left over."""
+    lake.write_run_table(tmp_path, "log_lines", "run-a", pa.table({"writer": ["before"] * 3}))
+    monkeypatch.setattr(lake, "os", LockstepRenames())
+    errors = []
+
+    def rewrite(tag):
+        try:
+            lake.write_run_table(tmp_path, "log_lines", "run-a", pa.table({"writer": [tag] * 3}))
+        except Exception as exc:  # noqa: BLE001 - the assertion below shows what failed
+            errors.append(exc)
+
+    writers = [threading.Thread(target=rewrite, args=(tag,)) for tag in "AB"]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(timeout=30)
+    assert errors == []
+    assert sorted(p.name for p in lake.table_dir(tmp_path, "log_lines").iterdir()) == [".locks", "run_id=run-a"]
+    [part] = lake.run_partition_dir(tmp_path, "log_lines", "run-a").iterdir()
+    assert pq.read_table(part).column("writer").to_pylist() in (["A"] * 3, ["B"] * 3)
 
 
 def test_two_writers_of_one_partition(tmp_path):
@@ -72,6 +118,8 @@ def _partition(warehouse, table, run_id):
 
 
 def test_overlapping_materialisations(tmp_path):
+    """Two processes materialising overlapping runs (each run rewritten twice by each) leave every
+    partition equal to a lone materialisation's, no debris, and a catalog that sees every run once."""
     labels = simulate(tmp_path / "sim", runs=4, seed=9)
     run_ids = sorted(labels["runs"])
     archive, reports = tmp_path / "sim" / "archive", tmp_path / "reports"
