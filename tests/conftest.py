@@ -45,6 +45,7 @@ def no_developer_settings(monkeypatch):
 def _fail_skips_in_ci(report):
     if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
         report.outcome = "failed"
         report.longrepr = f"CI runs every test, but this one skipped: {reason}"
     return report

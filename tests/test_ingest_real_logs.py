@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import pytest
 
-from pipeline.ingest import discover_runs, ingest_run
+from conftest import SHARED
+from pipeline.ingest import run_id_for
 from tests.test_ingest_helpers import read_table
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "real-logs"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STEP = re.compile(r"(?:^|\)\s|\s)step:(\d+) - (.*)$")
 NUM = re.compile(r"^(?:np\.(?:float|int|uint)\d+\()?[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)\)?$")
-LOGS = sorted(p.name for p in SHARED.glob("*.log")) if SHARED.is_dir() else []
+# one case per real log; without ../shared one case whose fixture says what is missing
+LOGS = sorted(p.name for p in (SHARED / "real-logs").glob("*.log")) or ["no-real-logs"]
 
 
 def _expected(data: bytes) -> tuple[int, dict[int, set[str]]]:
@@ -38,24 +38,27 @@ def _expected(data: bytes) -> tuple[int, dict[int, set[str]]]:
 
 
 @pytest.fixture(scope="module")
-def ingested(tmp_path_factory):
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is not beside this clone, so the real verl logs are not available")
-    warehouse = tmp_path_factory.mktemp("real_wh")
-    found = discover_runs(SHARED, quiet_period_s=0)
-    return {e.path.name: (e, ingest_run(e, warehouse)) for e in found.entries}, warehouse
+def ingested(analyzed_real_logs, real_logs_dir):
+    """The session's warehouse of the real logs: per log file its run_id and `runs` row."""
+    warehouse = analyzed_real_logs.warehouse
+    runs = {}
+    for log in sorted(real_logs_dir.glob("*.log")):
+        run_id = run_id_for(log.name)
+        runs[log.name] = (run_id, read_table(warehouse, "runs", run_id)[0])
+    return runs, warehouse
 
 
 @pytest.mark.parametrize("name", LOGS)
-def test_real_log_lines_and_pairs(ingested, name):
+def test_real_log_lines_and_pairs(ingested, real_logs_dir, name):
+    """Every line kept, numbered 1..n, and every numeric pair of every step line parsed."""
     runs, warehouse = ingested
-    entry, result = runs[name]
-    n_lines, want = _expected((SHARED / name).read_bytes())
-    lines = read_table(warehouse, "log_lines", entry.run_id)
-    assert len(lines) == n_lines == result.n_lines
+    run_id, run = runs[name]
+    n_lines, want = _expected((real_logs_dir / name).read_bytes())
+    lines = read_table(warehouse, "log_lines", run_id)
+    assert len(lines) == n_lines == run["n_lines"]
     assert [ln["line_no"] for ln in lines] == list(range(1, n_lines + 1))
     got: dict[int, set[str]] = {}
-    for m in read_table(warehouse, "step_metrics", entry.run_id):
+    for m in read_table(warehouse, "step_metrics", run_id):
         got.setdefault(m["step"], set()).add(m["key"])
     for step, keys in want.items():
         assert keys <= got.get(step, set()), f"step {step}: missing {sorted(keys - got.get(step, set()))[:5]}"
@@ -78,20 +81,22 @@ def _printed_values(data: bytes) -> dict[tuple[int, str], float]:
 
 
 @pytest.mark.parametrize("name", LOGS)
-def test_real_log_values_equal_the_printed_ones(ingested, name):
+def test_real_log_values_equal_the_printed_ones(ingested, real_logs_dir, name):
+    """The value kept for each (step, key) is the one the log printed last."""
     runs, warehouse = ingested
-    entry, _ = runs[name]
-    printed = _printed_values((SHARED / name).read_bytes())
-    got = {(m["step"], m["key"]): m["value"] for m in read_table(warehouse, "step_metrics", entry.run_id)}
+    run_id, _ = runs[name]
+    printed = _printed_values((real_logs_dir / name).read_bytes())
+    got = {(m["step"], m["key"]): m["value"] for m in read_table(warehouse, "step_metrics", run_id)}
     wrong = [(k, v, got.get(k)) for k, v in printed.items()
              if not (k in got and (got[k] == v or (math.isnan(v) and math.isnan(got[k]))))]
     assert not wrong, wrong[:5]
 
 
 def test_real_log_config_extraction(ingested):
-    runs, warehouse = ingested
-    by_prefix = {name[:2]: entry.run_id for name, (entry, _) in runs.items()}
-    run29 = read_table(warehouse, "runs", by_prefix["29"])[0]
+    """The config facts of two logs, as their config pprint shows them."""
+    runs, _ = ingested
+    by_prefix = {name[:2]: run for name, (_, run) in runs.items()}
+    run29 = by_prefix["29"]
     assert run29["project_name"] == "verl_example" and run29["experiment_name"] == "smol135m_grpo"
     assert run29["rollout_engine"] == "vllm" and run29["rollout_n"] == 8 and run29["rollout_tp"] == 1
     assert run29["gpu_memory_utilization"] == 0.7 and run29["actor_lr"] == 1e-6
@@ -100,14 +105,15 @@ def test_real_log_config_extraction(ingested):
     assert run29["adv_estimator"] == "grpo" and run29["n_gpus_per_node"] == 1 and run29["nnodes"] == 1
     assert run29["strategy"] == "fsdp" and run29["test_freq"] == 5 and run29["config_json"]
     assert run29["verl_format"] == "bare"
-    run08 = read_table(warehouse, "runs", by_prefix["08"])[0]
+    run08 = by_prefix["08"]
     assert run08["n_segments"] == 2 and run08["total_training_steps"] == 210
     assert run08["verl_format"] == "v04"
-    for name, (_entry, result) in runs.items():
-        assert not any("config pprint" in p for p in result.problems), (name, result.problems)
+    for name, (_, run) in runs.items():
+        assert not any("config pprint" in p for p in run["problems"]), (name, run["problems"])
 
 
 def test_real_log_wrapped_fragment_reported(ingested):
+    """Log 27's hard-wrapped step line leaves a fragment without a step number, and says so."""
     runs, _ = ingested
-    ((entry, result),) = [v for k, v in runs.items() if k.startswith("27_")]
-    assert any("without a step number" in p for p in result.problems)
+    [(_, run)] = [v for k, v in runs.items() if k.startswith("27_")]
+    assert any("without a step number" in p for p in run["problems"])

@@ -11,11 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.ingest import discover_runs, ingest_run
+from pipeline.simulate import simulate_fleet
 from tests.test_ingest_helpers import read_table
-
-simulate = pytest.importorskip(
-    "pipeline.simulate", reason="the simulator (pipeline.simulate) is not available"
-)
 
 CONFIG_FIELDS = (
     "project_name", "experiment_name", "model_path", "rollout_engine", "adv_estimator", "strategy",
@@ -47,7 +44,7 @@ def read_entry_text(entry: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     out = tmp_path_factory.mktemp("sim")
-    labels = simulate.simulate_fleet(out, runs=12, seed=3)["runs"]
+    labels = simulate_fleet(out, runs=12, seed=3)["runs"]
     warehouse = out / "wh"
     found = discover_runs(out / "archive", quiet_period_s=0)
     assert not found.errors
