@@ -23,6 +23,7 @@ from operate_support import free_port
 from report_fixtures import build_warehouse, every_class_specs, parse_html
 
 from pipeline.assets.report import fleet_report_mail
+from pipeline.definitions import smtp_from_env
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
 from pipeline.resources import ReportsResource, SmtpResource
 
@@ -224,3 +225,22 @@ def test_fleet_report_mail_asset_sends_through_the_smtp_resource(starttls_server
     got = email.message_from_bytes(raw, policy=email.policy.default)
     assert got["Subject"].startswith("verl-health fleet report ")
     assert PASSWORD not in caplog.text and PASSWORD.encode() not in raw
+
+
+def test_smtp_settings_from_the_environment(starttls_server, certificate, fleet_report, monkeypatch):
+    """smtp_from_env reads host, port, STARTTLS, login, private CA, sender and recipients from VERL_HEALTH_*;
+    the login stays an EnvVar in the resource's config and is resolved only when the mail asset runs."""
+    inbox, port = starttls_server
+    for name, value in {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port), "SMTP_SECURITY": "starttls",
+                        "SMTP_USER": USER, "SMTP_PASSWORD": PASSWORD, "SMTP_CA_FILE": str(certificate[0]),
+                        "MAIL_FROM": "nightly@example.org", "MAIL_TO": "a@example.org,b@example.org"}.items():
+        monkeypatch.setenv(f"VERL_HEALTH_{name}", value)
+    smtp = smtp_from_env()
+    assert (smtp.user, smtp.password) == (EnvVar("VERL_HEALTH_SMTP_USER"), EnvVar("VERL_HEALTH_SMTP_PASSWORD"))
+    reports = fleet_report.parent.parent
+    (reports / "fleet" / "latest.html").write_bytes(fleet_report.read_bytes())
+    result = materialize([fleet_report_mail], resources={"reports": ReportsResource(path=str(reports)), "smtp": smtp})
+    assert result.success
+    [(mail_from, rcpts, raw, _)] = inbox.mails
+    assert (mail_from, rcpts) == ("nightly@example.org", ["a@example.org", "b@example.org"])
+    assert inbox.logins and PASSWORD.encode() not in raw
