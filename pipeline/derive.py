@@ -41,7 +41,7 @@ _READS = {
     "step_health": ("step_metrics",),
     "run_events": ("log_lines",),
     "run_summary": ("runs", "log_lines", "step_phases", "run_events", "step_health"),
-    "config_findings": ("runs", "log_lines", "step_metrics", "run_events", "step_health"),
+    "config_findings": ("runs", "log_lines", "step_metrics", "run_events", "step_health", "run_summary"),
     "run_advice": ("run_summary", "config_findings"),
     **{name: ("run_summary", "step_phases") for name in FLEET_TABLES},
 }

@@ -15,7 +15,7 @@ INGEST_TABLES = ("runs", "log_lines", "step_metrics")  # what ingest writes per 
 REINGEST_TAG = "verl-health/reingest"
 MTIME_TOLERANCE_S = 1e-3
 # What `runs.ingest_version` records; a run ingested by an older version is ingested again.
-INGEST_VERSION = 2
+INGEST_VERSION = 3
 
 
 def recorded_source(warehouse: str | Path, run_id: str) -> tuple[str, float | None] | None:

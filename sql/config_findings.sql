@@ -19,7 +19,7 @@ config_line as (
     from lines
     cross join (values ('gpu_memory_utilization'), ('ppo_mini_batch_size'), ('tensor_model_parallel_size'),
                        ('train_batch_size'), ('ppo_micro_batch_size_per_gpu'), ('grad_clip'), ('use_kl_loss'),
-                       ('clip_ratio'))
+                       ('clip_ratio'), ('save_freq'))
                as s(setting)
     where kind = 'config' and contains(text, setting)
     group by all
@@ -258,8 +258,26 @@ event_findings as (
     join warning_findings as w using (event_class)
     where list_contains($run_ids, e.run_id)
 ),
+nothing_saved as (
+    -- a run that failed with no checkpoint lost every step it took; save_freq (-1, or beyond the steps it
+    -- reached) is why
+    select
+        s.run_id, 'no_checkpoint_before_failure' as finding, 'warning' as severity,
+        format('The run {} at step {} with no checkpoint saved (trainer.save_freq={}): all {} steps are lost. '
+               'Save every few dozen steps so a crash costs at most that many.',
+               replace(s.failure_class, '_', ' '), s.last_step, coalesce(s.save_freq::varchar, 'not set'),
+               s.steps_lost) as message,
+        c.file, c.line_no, c.text
+    from run_summary as s
+    left join (select * from config_line where setting = 'save_freq') as c using (run_id)
+    where list_contains($run_ids, s.run_id)
+      and s.failure_class not in ('completed', 'no_outcome', 'interrupted')
+      and s.last_checkpoint_step is null and s.steps_lost > 0
+),
 all_findings as (
     select run_id, finding, severity, message, file, line_no, text from memory_imbalance where rank = 1
+    union all
+    select * from nothing_saved
     union all
     select * exclude (rank) from tp_mismatch where rank = 1
     union all

@@ -19,7 +19,7 @@ with patterns(priority, event_class, pattern) as (
         (23, 'nccl_timeout', 'Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|NCCL.{0,40}time(d)? ?out|taking the entire process down'),
         (24, 'nccl_error', 'NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|DistBackendError|ProcessGroupNCCL'),
         -- torch.distributed's rendezvous failing: the processes never met (a communication failure)
-        (25, 'distributed_init_error', 'TCPStore|c10d|[Rr]endezvous|DistNetworkError|DistStoreError|invalid nonce|nonce == returnedNonce'),
+        (25, 'distributed_init_error', 'TCPStore|\[c\d+d\]|[Rr]endezvous|DistNetworkError|DistStoreError|invalid nonce|nonce == returnedNonce'),
         -- raylet's notice that a worker process is gone: the driver's ActorDiedError says which task it took
         (29, 'worker_died', 'A worker died or was killed|Worker exit type: SYSTEM_ERROR'),
         (30, 'actor_died', 'ActorDiedError|The actor died unexpectedly|The actor is dead because|actor died'),
@@ -31,12 +31,12 @@ with patterns(priority, event_class, pattern) as (
         (45, 'disk_full', 'No space left on device|Disk quota exceeded'),
         (46, 'disk_pressure', 'is over \d+% full'),
         -- stopped on purpose or by a scheduler (the class names the stop_reason)
-        (50, 'keyboard_interrupt', 'KeyboardInterrupt|[Rr]eceived SIGINT|\(SIGINT\)'),
+        (50, 'keyboard_interrupt', 'KeyboardInterrupt|[Rr]eceived SIGINT|\(SIGINT\)|Signals\.SIGINT'),
         (50, 'time_limit', 'DUE TO TIME LIMIT|State: TIMEOUT|[Tt]ime limit (reached|exceeded)'),
         (51, 'cancelled', 'CANCELLED AT|DUE TO PREEMPTION|DUE TO JOB REQUEUE|DUE TO NODE FAILURE|State: CANCELLED|[Kk]illed by (the )?scheduler|[Ee]victed'),
         -- torch elastic's SignalException: run_summary tells SIGINT (2) from SIGTERM (15) by the original text
-        (52, 'sigterm', 'SIGTERM received|[Rr]eceived SIGTERM|got signal: \d|^Terminated\s*$|\(SIGTERM\)'),
-        (53, 'killed_by_signal', 'SIGKILL|SIGSEGV|SIGABRT|SIGBUS|Segmentation fault|Fatal Python error|[Kk]illed by signal'),
+        (52, 'sigterm', 'SIGTERM received|[Rr]eceived SIGTERM|Signals\.SIGTERM|got signal: \d|^Terminated\s*$|\(SIGTERM\)'),
+        (53, 'killed_by_signal', 'SIGKILL|SIGSEGV|SIGABRT|SIGBUS|Segmentation fault|Fatal Python error|[Kk]illed by signal|terminate called after throwing'),
         (55, 'timeout', 'GetTimeoutError|TimeoutError|DeadlineExceeded|timed out|[Tt]imeout expired'),
         (58, 'import_error', '(ModuleNotFoundError|ImportError)\b|undefined symbol'),
         (60, 'python_exception', '^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?:\([\w.]*\))?(?::|\s*$)'),
@@ -51,15 +51,17 @@ lines as (
         -- the Ray prefix is already in `component`; match on the message itself, indentation kept
         regexp_replace(text, '^\([^)]*\) ?', '') as body,
         -- fatal signals, scheduler stops and Ray's dead-worker notice do not read like errors
-        regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|State: (TIMEOUT|CANCELLED)')
-            as notable
+        regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|State: (TIMEOUT|CANCELLED)'
+                             '|Fatal Python error|terminate called after throwing|Signals\.SIG') as notable
     from log_lines
     where list_contains($run_ids, run_id)
       and (kind in ('error', 'warning') or phase_hint is not null or ts is not null
            -- LIKE first: a regex over every line of a big log costs seconds
            or ((text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
-                or text like 'Terminated%' or text like '%State: %')
-               and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|State: (TIMEOUT|CANCELLED)')))
+                or text like 'Terminated%' or text like '%State: %' or text like '%Fatal Python error%'
+                or text like '%terminate called after throwing%' or text like '%Signals.SIG%')
+               and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|State: (TIMEOUT|CANCELLED)'
+                                        '|Fatal Python error|terminate called after throwing|Signals\.SIG')))
 ),
 ordered as (
     select
@@ -84,13 +86,15 @@ engine_blocks as (
         last_value(case when regexp_matches(body, '^\s*File "|^\s{4,}\S') then phase_hint end ignore nulls) over (
             partition by run_id, file, pid, block order by line_no
             rows between unbounded preceding and current row) as block_phase,
+        bool_or(phase_hint = 'ref' or contains(body, 'ref_policy')) over (
+            partition by run_id, file, pid, block order by line_no) as in_ref,
         -- the block's frames run inside the rollout engine's own package: its errors are engine errors
         bool_or(regexp_matches(body, 'File "[^"]*/(vllm|sglang)/|Scheduler hit an exception|EngineCore encountered'))
             over (partition by run_id, file, pid, block order by line_no) as in_engine
     from blocks
 ),
 events as (
-    select *
+    select *, case when block_phase = 'old_log_prob' and in_ref then 'ref' else block_phase end as traceback_phase
     from engine_blocks
     where kind in ('error', 'warning') or notable
 ),
@@ -133,17 +137,19 @@ select
             then 'ray_task_error:' || regexp_extract(e.body, 'RayTaskError\((\w+)\)', 1)
         else coalesce(c.event_class, e.kind || '_other')
     end as event_class,
-    case when e.kind in ('error', 'warning') then e.kind else 'error' end as kind,
+    -- a stop is what ended the run even when it is logged as a warning (torch elastic's death-signal notice)
+    case when e.kind in ('error', 'warning') and coalesce(c.event_class, '') not in (
+             'keyboard_interrupt', 'time_limit', 'cancelled', 'sigterm') then e.kind else 'error' end as kind,
     e.component,
     e.body as message,
     e.step,
     case
         -- preemption is vLLM making room in the KV cache: it happens while generating
         when c.event_class = 'kv_cache_preemption' then coalesce(p.phase, 'gen')
-        when e.block > 0 and e.kind = 'error' then coalesce(e.block_phase, p.phase)
+        when e.block > 0 and e.kind = 'error' then coalesce(e.traceback_phase, p.phase)
         else p.phase
     end as phase,
-    case when e.block > 0 and e.kind = 'error' then e.block_phase end as traceback_phase,
+    case when e.block > 0 and e.kind = 'error' then e.traceback_phase end as traceback_phase,
     e.segment,
     e.ts,
     e.order_ts

@@ -17,6 +17,8 @@ with failure_map(event_class, failure_class, tier, rank) as (
         ('illegal_memory_access', 'python_exception', 3, 2),
         ('actor_died', 'ray_actor_died', 3, 1), ('killed_by_signal', 'ray_actor_died', 3, 1),
         ('worker_died', 'ray_actor_died', 3, 2),
+        -- the driver itself died of a signal (a native crash): no worker died, nothing names why
+        ('driver_signal', 'unknown', 3, 1),
         ('actor_unavailable', 'ray_actor_died', 3, 2),
         ('ray_task_error', 'python_exception', 5, 3), ('unhandled_ray_error', 'python_exception', 5, 3),
         ('hydra_wrapper', 'unknown', 6, 3)
@@ -33,9 +35,16 @@ lines as (
     where list_contains($run_ids, run_id)
 ),
 main_file as (
-    -- the driver log: ordering prefers it, so a worker file's copy of a line never outranks it
-    select run_id, arg_max(file, n) as file
-    from (select run_id, file, count(*) as n from lines group by all)
+    -- the driver log: ordering prefers it, so a worker file's copy of a line never outranks it. The file
+    -- with the most lines, but never a W&B run's config or metadata beside its output.log
+    select run_id, arg_max(file, [not side_file, n]) as file
+    from (
+        select run_id, file, count(*) as n,
+               regexp_matches(file, '(^|/)(config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml)$')
+                   as side_file
+        from lines
+        group by all
+    )
     group by all
 ),
 final_segment as (
@@ -244,7 +253,11 @@ driver_failed as (
 terminal as (
     select e.*, m.failure_class, m.tier, m.rank
     from after_progress as e
-    join failure_map as m on m.event_class = e.base_class and e.event_class <> 'ray_task_error:KeyboardInterrupt'
+    join failure_map as m on m.event_class = case
+        when e.base_class = 'killed_by_signal' and coalesce(e.component, 'TaskRunner') in ('TaskRunner', 'main_task')
+            then 'driver_signal'
+        else e.base_class end
+        and e.event_class <> 'ray_task_error:KeyboardInterrupt'
     left join recurring as rc on rc.run_id = e.run_id and rc.event_class = e.event_class
     left join driver_failed as d on d.run_id = e.run_id
     where rc.run_id is null
@@ -330,9 +343,15 @@ tail_activity as (
         select *, case
             when regexp_matches(text, 'is preempted by PreemptionMode|AgentLoopWorker|LoopWorker pid|Got \d+ samples after \d+ trials')
                 then 'gen'
-            when text like '%test_gen_batch meta info%' or text like '%validation generation end%' then 'testing'
+            when validating then 'testing'
+            -- the reward manager prints a few scored samples: while training that is the reward phase
+            when regexp_matches(text, '^\[(prompt|response|ground_truth|score)\]') then 'reward'
             else phase_hint end as phase
-        from tail
+        from (
+            select *, bool_or(text like '%test_gen_batch meta info%' or text like '%validation generation end%')
+                          over (partition by run_id order by line_no) as validating
+            from tail
+        )
         -- the config dump's pprint lines name settings, not work
         where not regexp_matches(text, '^\s*[{''"]')
     ) as t
@@ -475,6 +494,62 @@ verdict as (
     left join stop as sp using (run_id)
     left join hang as h using (run_id)
     left join last_nan as n using (run_id)
+),
+checkpoint as (
+    -- the last step whose checkpoint was written (its timer, or the folder verl prints), counting only
+    -- steps whose results the final segment kept
+    select run_id, max(step) as step
+    from (
+        select p.run_id, p.step
+        from phases as p
+        join final_segment as f using (run_id)
+        left join final_start as fs using (run_id)
+        where p.save_checkpoint is not null and (p.segment = f.segment or p.step <= coalesce(fs.step, 0))
+        union all
+        select l.run_id, try_cast(nullif(regexp_extract(l.text, 'global_step_(\d+)', 1), '') as bigint)
+        from lines as l
+        join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
+        where l.text like '%local_global_step_folder%'
+    )
+    group by all
+),
+kept as (
+    -- time in the steps a checkpoint preserved
+    select p.run_id, sum(coalesce(p.step_time, 0) + coalesce(p.testing, 0) + coalesce(p.save_checkpoint, 0)) as kept_s
+    from phases as p
+    join final_segment as f using (run_id)
+    left join final_start as fs using (run_id)
+    join checkpoint as c using (run_id)
+    where (p.segment = f.segment or p.step <= coalesce(fs.step, 0)) and p.step <= c.step
+    group by all
+),
+running as (
+    -- time the job was running: each resume segment's own span, not the days between attempts
+    select run_id, sum(span_s) as running_s
+    from (select run_id, segment, epoch(max(ts) - min(ts)) as span_s from lines where ts is not null group by all)
+    group by all
+),
+time_use as (
+    -- goodput (docs/diagnosis.md): time in steps whose results survive (all of them for a run that
+    -- completed or is still going, else up to its last checkpoint) over the time the job ran, a hang included
+    select
+        s.run_id,
+        greatest(coalesce(ru.running_s, 0), coalesce(a.attempted_s, 0),
+                 coalesce(st.counted_s, 0) + case when v.failure_class = 'hang' then coalesce(h.hang_duration_s, 0)
+                                                  else 0 end) as wall_time_s,
+        case when v.failure_class in ('completed', 'no_outcome') then st.counted_s else coalesce(k.kept_s, 0) end
+            as kept_s,
+        c.step as last_checkpoint_step,
+        case when v.failure_class in ('completed', 'no_outcome') then 0
+             else greatest(s.last_step - coalesce(c.step, 0), 0) end as steps_lost
+    from run_state as s
+    join verdict as v using (run_id)
+    left join step_totals as st using (run_id)
+    left join attempts as a using (run_id)
+    left join running as ru using (run_id)
+    left join hang as h using (run_id)
+    left join checkpoint as c using (run_id)
+    left join kept as k using (run_id)
 )
 select
     r.run_id,
@@ -520,13 +595,11 @@ select
     st.update_actor / st.inside_s as share_update_actor,
     st.update_weights / st.inside_s as share_update_weights,
     st.other_time / st.inside_s as share_other,
-    -- a log may carry timestamps only around start-up, so the span is at least the time in steps
-    greatest(coalesce(epoch(f.last_ts - f.first_ts), 0), coalesce(a.attempted_s, 0),
-             coalesce(st.counted_s, 0)) as wall_time_s,
-    -- time in steps whose results were kept, over all time spent (wall clock where the log has
-    -- timestamps, else every step attempt including those a resume repeated)
-    least(st.counted_s / nullif(greatest(coalesce(epoch(f.last_ts - f.first_ts), 0),
-                                         coalesce(a.attempted_s, 0), st.counted_s), 0), 1) as goodput,
+    -- a log may carry timestamps only around start-up, so the time is at least the time in steps
+    tu.wall_time_s,
+    case when tu.wall_time_s > 0 then least(tu.kept_s / tu.wall_time_s, 1) end as goodput,
+    tu.last_checkpoint_step,
+    tu.steps_lost,
     greatest(coalesce(r.n_segments, 1) - 1, 0) as resume_count,
     r.n_metric_values::double / nullif(r.n_metric_values + r.n_parse_failures, 0) as parse_completeness,
     r.* exclude (run_id)
@@ -542,6 +615,5 @@ left join driver_phase as dp using (run_id)
 left join last_line as ll using (run_id)
 left join run_bottleneck as b using (run_id)
 left join step_totals as st using (run_id)
-left join attempts as a using (run_id)
-left join final_segment as f using (run_id)
+left join time_use as tu using (run_id)
 order by r.run_id

@@ -319,3 +319,30 @@ def test_a_breakpoint_passed_long_before_the_stop_is_not_the_reason(tmp_path):
     assert rows["early-i"][:3] == ("no_outcome", None, None)
     assert rows["paused-j"][:2] == ("hang", "gen") and "debugger" in rows["paused-j"][2]
     assert rows["paused-j"][3] == at
+
+
+def test_goodput_counts_only_steps_a_checkpoint_kept(tmp_path):
+    """Each step takes 25 s (timers sum 24.5 + 0.5 other). `saved` checkpoints at step 2 (5 s) and dies in
+    step 4 with an OOM: 55 s of its 105 s survive and 2 steps are lost. `unsaved` never checkpoints: all
+    its 4 steps are lost, goodput 0. `done` completes: everything counts."""
+    saved, unsaved = RunBuilder("saved-k", total_training_steps=10), RunBuilder("unsaved-l", total_training_steps=10)
+    for s in (1, 2, 3, 4):
+        saved.step(s, timings(**({"timing_s/save_checkpoint": 5.0} if s == 2 else {})))
+        unsaved.step(s, timings())
+    for b in (saved, unsaved):
+        b.line(OOM_TEXT, "error")
+        b.write(tmp_path)
+    done = RunBuilder("done-m", total_training_steps=2)
+    for s in (1, 2):
+        done.step(s, timings())
+    done.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["saved-k", "unsaved-l", "done-m"])
+    got = {r[0]: r[1:] for r in connect(tmp_path).execute(
+        "select run_id, failure_class, last_checkpoint_step, steps_lost, wall_time_s, goodput from run_summary"
+    ).fetchall()}
+    assert got["saved-k"][:4] == ("cuda_oom", 2, 2, 105.0) and got["saved-k"][4] == pytest.approx(55 / 105)
+    assert got["unsaved-l"] == ("cuda_oom", None, 4, 100.0, 0.0)
+    assert got["done-m"] == ("completed", None, 0, 50.0, 1.0)
+    findings = {r for (r,) in connect(tmp_path).execute(
+        "select run_id from config_findings where finding = 'no_checkpoint_before_failure'").fetchall()}
+    assert findings == {"unsaved-l"}

@@ -36,3 +36,37 @@ def test_config_is_the_last_dump_that_parses(tmp_path):
     assert run.run["experiment_name"] == "e2" and run.run["total_training_steps"] == 20
     assert [p for p in run.run["problems"] if "config pprint" in p] == [
         "config pprint not closed after 1 lines (log truncated?)"]
+
+
+WANDB_CONFIG_YAML = """_wandb:
+    value:
+        cli_version: "0.19.8"
+actor_rollout_ref:
+    value:
+        actor:
+            optim:
+                lr: 1e-06
+                total_training_steps: 42
+        rollout:
+            gpu_memory_utilization: 0.55
+            name: vllm
+trainer:
+    value:
+        experiment_name: wandb-run
+        total_training_steps: null
+"""
+
+
+def test_wandb_run_folder_takes_its_config_from_config_yaml(tmp_path):
+    """A W&B capture starts after verl printed its config: the run's config.yaml (W&B's {value: ...} form)
+    supplies it, and the total verl computed (written into the optimizer's config) is the expected steps."""
+    from tests.test_ingest_helpers import ingest_root
+
+    files = tmp_path / "archive" / "run-w" / "wandb" / "run-20251104_063305-gkn3gtx6" / "files"
+    files.mkdir(parents=True)
+    (files / "output.log").write_text("step:1 - actor/entropy:0.5\nstep:2 - actor/entropy:0.4\n")
+    (files / "config.yaml").write_text(WANDB_CONFIG_YAML)
+    run = ingest_root(tmp_path / "archive", tmp_path / "wh")["run-w"]
+    assert run.run["experiment_name"] == "wandb-run"
+    assert run.run["gpu_memory_utilization"] == 0.55 and run.run["rollout_engine"] == "vllm"
+    assert run.run["total_training_steps"] == 42

@@ -31,7 +31,7 @@ RUN_TABLES = {
     ),
     "config_findings": (
         "Configuration problems the logs show, each with its evidence line.",
-        ["runs", "log_lines", "step_metrics", "step_health", "run_events"],
+        ["runs", "log_lines", "step_metrics", "step_health", "run_events", "run_summary"],
     ),
     "run_advice": (
         "Per run that did not complete: each configuration change to try, from the run's own value.",

@@ -125,6 +125,29 @@ def _get(cfg: dict, path: tuple[str, ...]) -> Any:
     return cur
 
 
+# a W&B run folder's copy of the config the run logged (verl logs its whole config to W&B)
+WANDB_CONFIG = re.compile(r"(?:^|/)wandb/(?:offline-)?run-[^/]+/files/config\.yaml$")
+WANDB_CONFIG_MAX_BYTES = 8 << 20
+
+
+def wandb_config(data: bytes, name: str, problems: list[str]) -> dict | None:
+    """The run config in a W&B `config.yaml` (each top-level key holds `{desc, value}`), or None."""
+    import yaml
+
+    if len(data) >= WANDB_CONFIG_MAX_BYTES:
+        problems.append(f"{name}: larger than {WANDB_CONFIG_MAX_BYTES >> 20} MB: not read as the config")
+        return None
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError as exc:
+        problems.append(f"{name}: W&B config could not be parsed ({type(exc).__name__})")
+        return None
+    if not isinstance(doc, dict):
+        return None
+    return {k: v.get("value") if isinstance(v, dict) and "value" in v else v
+            for k, v in doc.items() if not str(k).startswith("_")}
+
+
 def config_facts(cfg: dict | None, total_steps_line: int | None) -> dict[str, Any]:
     """The `runs` config columns from a resolved config and the `Total training steps: N` line."""
     facts: dict[str, Any] = {k: None for k in CONFIG_FIELDS}
@@ -137,6 +160,10 @@ def config_facts(cfg: dict | None, total_steps_line: int | None) -> dict[str, An
                 facts[col] = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
             else:
                 facts[col] = int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    # verl writes the total it computed into the optimizer's config before logging the config to W&B
+    optim_total = _get(cfg or {}, ("actor_rollout_ref", "actor", "optim", "total_training_steps"))
+    if facts["total_training_steps"] is None and isinstance(optim_total, int) and optim_total > 0:
+        facts["total_training_steps"] = optim_total
     if total_steps_line is not None:
         facts["total_training_steps"] = total_steps_line
     facts["config_json"] = None if cfg is None else json.dumps(cfg, default=str, sort_keys=True)

@@ -30,7 +30,16 @@ import pyarrow.parquet as pq
 from pipeline.incremental import INGEST_VERSION
 from pipeline.lake import RunBatchWriter, run_partition_dir, swap_into_place, write_run_table
 
-from .config import INT_FIELDS, STRING_FIELDS, TOTAL_STEPS, ConfigCollector, config_facts
+from .config import (
+    INT_FIELDS,
+    STRING_FIELDS,
+    TOTAL_STEPS,
+    WANDB_CONFIG,
+    WANDB_CONFIG_MAX_BYTES,
+    ConfigCollector,
+    config_facts,
+    wandb_config,
+)
 from .discover import RunEntry
 from .lines import (
     K_CONFIG,
@@ -256,6 +265,7 @@ class _RunIngest:
         self.problems: list[str] = []
         self.line_problems = LineProblems()
         self.config_dumps: list[ConfigCollector] = []
+        self.wandb_config: dict | None = None
         self.totals = RunTotals()
         self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
         # the metric rows in `step_metrics` form: moved into the lake as they are, unless a (step, key)
@@ -276,7 +286,12 @@ class _RunIngest:
             files = iter_files(self.entry.path, self.entry.form, self.limits, self.problems)
             for name, chunks in files:
                 self.totals.n_files += 1
-                self._file(pool, name, chunks)
+                if WANDB_CONFIG.search(name):
+                    kept: list[bytes] = []
+                    self._file(pool, name, _kept(chunks, kept, WANDB_CONFIG_MAX_BYTES))
+                    self.wandb_config = wandb_config(b"".join(kept), name, self.problems)
+                else:
+                    self._file(pool, name, chunks)
         self._flush_write()
         self.write_pool.shutdown()
 
@@ -400,13 +415,15 @@ class _RunIngest:
         self.config_dumps.append(collector)
 
     def resolve_config(self) -> None:
-        """The run's config: the last dump that parses (a problem for each later one that does not)."""
+        """The run's config: the last console dump that parses (a problem for each later one that does not),
+        else the W&B run's config.yaml (a W&B capture starts after the console printed its dump)."""
         for collector in reversed(self.config_dumps):
             cfg, why = collector.parse()
             if cfg is not None:
                 self.totals.config = cfg
                 return
             self.problems.append(why)
+        self.totals.config = self.wandb_config
 
     def _context(
         self, n: int, cls: Classified, rows: StepRows, state: FileState
@@ -596,6 +613,16 @@ def _verl_format(t: RunTotals) -> str:
     if t.n_console:
         return "v04" if t.n_v04 >= 0.9 * t.n_v04_sampled else "bare"
     return "seed_kv" if t.n_seed else "none"
+
+
+def _kept(chunks: Iterator[bytes], kept: list[bytes], limit: int) -> Iterator[bytes]:
+    """`chunks` passed on unchanged, the first `limit` bytes of them also kept in `kept`."""
+    size = 0
+    for chunk in chunks:
+        if size < limit:
+            kept.append(chunk[: limit - size])
+            size += len(kept[-1])
+        yield chunk
 
 
 def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | None = None) -> IngestResult:

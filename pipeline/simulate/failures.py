@@ -162,14 +162,16 @@ def ray_actor_died(con: Console, phase: str) -> Failure:
         con.worker(f"[{log_ts(con.clock)} E {con.worker_pids[rank]} {con.worker_pids[rank]}] logging.cc:440: *** "
                    f"SIGSEGV received at time={t} on cpu 3 ***", rank=rank)
         fail = Failure(no, "SIGSEGV received", "The actor died unexpectedly before finishing this task.")
-    no = con.line_no
     raylet_died(con, CONNECTION_DETAIL)
-    fail = fail or Failure(no, "A worker died or was killed while executing a task by an unexpected system error",
-                           "The actor died unexpectedly before finishing this task.")
     hydra_open(con)
-    con.bare(*driver_frames(con, "ActorDiedError", phase), *actor_died_lines(con, CONNECTION_DETAIL))
+    lines = [*driver_frames(con, "ActorDiedError", phase), *actor_died_lines(con, CONNECTION_DETAIL)]
+    # without a signal, the driver's ActorDiedError is the first line that says what happened (raylet's
+    # notice before it only says some worker died)
+    died = "The actor died unexpectedly before finishing this task."
+    at = con.line_no + next(i for i, line in enumerate(lines) if died in line and "ActorDiedError" in line)
+    con.bare(*lines)
     hydra_close(con)
-    return fail
+    return fail or Failure(at, died, died)
 
 
 def host_oom_killed(con: Console, phase: str) -> Failure:
