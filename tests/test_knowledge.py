@@ -14,7 +14,7 @@ from pipeline.report.data import advice_entry
 
 # class -> (word of its summary, setting among its changes; None: it changes no setting)
 ANOMALY = {
-    "kl_spike": ("KL", "algorithm.kl_ctrl.target_kl"),
+    "kl_spike": ("KL", "actor_rollout_ref.actor.ppo_epochs"),
     "nan_loss": ("NaN", "critic.grad_clip"),
     "grad_explosion": ("Gradient norm", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio"),
     "gen_slowdown": ("timing_s/gen", "actor_rollout_ref.rollout.tensor_model_parallel_size"),

@@ -166,9 +166,11 @@ class Advice:
         return self.summary or (self.notes[0] if self.notes else "")
 
 
-def advice_entry(kind: str, cls: str | None, given: Any = None) -> Advice:
+def advice_entry(kind: str, cls: str | None, given: Any = None, config: dict | None = None) -> Advice:
     """Advice for a 'failure' or 'anomaly' class from the fixes knowledge base; `given` is a row's own advice.
 
+    With the run's `config`, the entry's `changes_if` changes for the flags the run has on come first
+    (KL control acts through the reward or through the actor's loss, as the run chose).
     Degrades to the row's advice, or to nothing, when the knowledge base is not installed.
     """
     notes = _as_lines(given)
@@ -180,9 +182,11 @@ def advice_entry(kind: str, cls: str | None, given: Any = None) -> Advice:
         except (LookupError, ValueError, OSError):
             entry = None
     if isinstance(entry, dict):
+        chosen = [c for flag, extra in (entry.get("changes_if") or {}).items() if _flag_on(config, flag)
+                  for c in extra]
         changes = [
             {k: str(v) for k, v in c.items()} if isinstance(c, dict) else {"key": str(c), "to": "", "why": ""}
-            for c in entry.get("changes") or []
+            for c in [*chosen, *(entry.get("changes") or [])]
         ]
         return Advice(
             summary=str(entry.get("summary") or ""),
@@ -192,6 +196,24 @@ def advice_entry(kind: str, cls: str | None, given: Any = None) -> Advice:
             notes=[n for n in notes if not n.startswith("Try: ")] if changes else notes,
         )
     return Advice(notes=notes + _as_lines(entry))
+
+
+def _config(summary: dict[str, Any]) -> dict | None:
+    """The run's config dump (run_summary carries it as JSON), or None."""
+    try:
+        return json.loads(summary.get("config_json") or "null")
+    except (TypeError, ValueError):
+        return None
+
+
+def _flag_on(config: dict | None, dotted: str) -> bool:
+    """Whether the dotted config key is true in `config`."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return False
+        node = node.get(part)
+    return node is True
 
 
 def _as_lines(value: Any) -> list[str]:
@@ -249,7 +271,7 @@ def _one(con, table: str, run_id: str) -> dict[str, Any]:
     return {k: _clean(v) for k, v in found[0].items()} if found else {}
 
 
-def _episodes(con, run_id: str) -> tuple[np.ndarray, list[Episode]]:
+def _episodes(con, run_id: str, config: dict | None = None) -> tuple[np.ndarray, list[Episode]]:
     cols = set(columns(con, "step_anomalies"))
     if not cols:
         return np.array([], dtype=float), []
@@ -287,7 +309,8 @@ def _episodes(con, run_id: str) -> tuple[np.ndarray, list[Episode]]:
                 last_step=int(last if last is not None else g[-1]["step"]),
                 n_steps=len(g),
                 explanation=explanation,
-                advice=advice_entry("anomaly", cls, next((r.get("advice") for r in g if r.get("advice")), None)),
+                advice=advice_entry("anomaly", cls, next((r.get("advice") for r in g if r.get("advice")), None),
+                                    config),
             )
         )
     return steps, episodes
@@ -387,7 +410,7 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
                 {"run_id": run_id},
             )
 
-        anomaly_steps, episodes = _episodes(con, run_id)
+        anomaly_steps, episodes = _episodes(con, run_id, _config(merged))
         baseline = []
         if columns(con, "run_baselines"):
             baseline = rows(
