@@ -20,8 +20,12 @@ def pipeline_failure_message(dagster_run, failure_event, smtp) -> EmailMessage:
     return msg
 
 
+# outcomes that are not failures: a run stopped on purpose, or a log that ends with no outcome
+NOT_FAILED = ("completed", "interrupted", "no_outcome")
+
+
 def runs_needing_attention(warehouse, run_ids: list[str]) -> list[dict]:
-    """Runs among `run_ids` that failed (failure_class other than completed) or have anomalous steps."""
+    """Runs among `run_ids` that failed or hung, or have anomalous steps, each with its run_advice rows."""
     from pipeline.lake import connect
 
     con = connect(warehouse)
@@ -35,31 +39,41 @@ def runs_needing_attention(warehouse, run_ids: list[str]) -> list[dict]:
         if "step_anomalies" in views
         else "select null::varchar as run_id, 0 as n_anomalous, []::varchar[] as classes where false"
     )
+    advice = (
+        "select run_id, list({'setting': setting, 'current': current_value, 'suggested': suggested_value, "
+        "'why': why} order by rank) as rows from run_advice "
+        "where run_id in (select unnest($run_ids::varchar[])) group by all"
+        if "run_advice" in views
+        else "select null::varchar as run_id, [] as rows where false"
+    )
     rows = con.execute(
         f"""
-        with a as ({anomalies})
+        with a as ({anomalies}), adv as ({advice})
         select s.run_id, s.failure_class, s.last_step, s.expected_steps, s.root_cause_text,
-               coalesce(a.n_anomalous, 0), coalesce(a.classes, [])
-        from run_summary s left join a using (run_id)
+               coalesce(a.n_anomalous, 0), coalesce(a.classes, []), coalesce(adv.rows, [])
+        from run_summary s left join a using (run_id) left join adv using (run_id)
         where s.run_id in (select unnest($run_ids::varchar[]))
-          and (s.failure_class <> 'completed' or coalesce(a.n_anomalous, 0) > 0)
+          and (not list_contains($not_failed, s.failure_class) or coalesce(a.n_anomalous, 0) > 0)
         order by s.run_id
         """,
-        {"run_ids": run_ids},
+        {"run_ids": run_ids, "not_failed": list(NOT_FAILED)},
     ).fetchall()
     keys = ("run_id", "failure_class", "last_step", "expected_steps", "root_cause_text", "anomalous_steps",
-            "anomaly_classes")
+            "anomaly_classes", "advice")
     return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+ADVICE_IN_MAIL = 3
 
 
 def run_attention_message(runs: list[dict], smtp) -> EmailMessage:
     """A plain-text mail listing newly analysed runs that failed or show anomalies, one paragraph each,
-    with the knowledge base's first changes to try for a failed run and, when `smtp.reports_url` is
-    set, a link to each run's report."""
+    with the first changes to try for a failed run (its run_advice rows, else the knowledge base's
+    class advice) and, when `smtp.reports_url` is set, a link to each run's report."""
     from pipeline.detect.explain import advice_text
 
     msg = EmailMessage()
-    failed = sum(r["failure_class"] != "completed" for r in runs)
+    failed = sum(r["failure_class"] not in NOT_FAILED for r in runs)
     msg["Subject"] = f"verl-health: {len(runs)} finished run(s) need attention ({failed} failed)"
     msg["From"] = smtp.sender
     msg["To"] = ", ".join(smtp.recipients)
@@ -68,7 +82,11 @@ def run_attention_message(runs: list[dict], smtp) -> EmailMessage:
         lines = [f"{r['run_id']}: {r['failure_class']} at step {r['last_step']} of {r['expected_steps']}"]
         if r["root_cause_text"] and r["failure_class"] != "completed":
             lines.append(f"  root cause: {r['root_cause_text'][:300]}")
-        if r["failure_class"] != "completed":
+        if r.get("advice"):
+            for a in r["advice"][:ADVICE_IN_MAIL]:
+                lines.append(f"  try: {a['setting']}: {a['current'] or 'not in the log'} -> {a['suggested']} "
+                             f"({a['why']})")
+        elif r["failure_class"] not in NOT_FAILED:
             lines.append(f"  advice: {advice_text('failure_class', r['failure_class'])}")
         if r["anomalous_steps"]:
             lines.append(f"  {r['anomalous_steps']} anomalous steps: {', '.join(sorted(r['anomaly_classes']))}")
