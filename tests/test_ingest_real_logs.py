@@ -10,8 +10,8 @@ import math
 import re
 
 import pytest
-
 from conftest import SHARED
+
 from pipeline.ingest import run_id_for
 from tests.test_ingest_helpers import read_table
 

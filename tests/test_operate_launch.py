@@ -3,7 +3,6 @@
 import json
 import os
 import subprocess
-import sys
 import time
 
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus
@@ -64,15 +63,3 @@ def test_job_launch_writes_the_run_report(tmp_path):
     assert (tmp_path / "reports" / "runs" / f"{run_id}.html").is_file()
     assert report is not None and report.dagster_event.partition == run_id
     assert (tmp_path / "warehouse" / "run_summary" / f"run_id={run_id}").is_dir()
-
-
-def test_analyze_command_is_the_embedded_alternative(tmp_path):
-    labels = simulate(tmp_path / "sim", runs=2, seed=5)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "analyze", str(tmp_path / "sim" / "archive"),
-         "--warehouse", str(tmp_path / "warehouse"), "--reports", str(tmp_path / "reports")],
-        cwd=ROOT, env=_env(tmp_path, tmp_path / "unused"), capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    for rid in labels["runs"]:
-        assert (tmp_path / "reports" / "runs" / f"{rid}.html").is_file()

@@ -1,7 +1,6 @@
 """Archive and warehouse in an S3 bucket (moto's server on 127.0.0.1): staged, analysed, published, queried."""
 
 import gzip
-import os
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -91,30 +90,10 @@ def test_publish_and_query_a_warehouse(s3, tmp_path):
     assert connect_remote("s3://lake-bkt/wh").execute("select count(*) from step_metrics").fetchone()[0] == 3
 
 
-def test_analyze_an_archive_in_a_bucket(s3, tmp_path):
-    from pipeline.objectstore import analyze_with_object_store
-
-    labels = simulate(tmp_path / "sim", runs=3, seed=11)
-    _upload_tree(s3, tmp_path / "sim" / "archive", "archive-bkt/fleet")
-    outcome, published = analyze_with_object_store(
-        "s3://archive-bkt/fleet", "s3://lake-bkt/warehouse", tmp_path / "reports",
-        quiet_period_s=0, cache_dir=tmp_path / "cache",
-    )
-    assert sorted(outcome.run_ids) == sorted(labels["runs"])
-    assert published["uploaded"] > 0
-    con = connect_remote("s3://lake-bkt/warehouse")
-    summary = dict(con.execute("select run_id, failure_class from run_summary").fetchall())
-    assert set(summary) == set(labels["runs"])
-    n_lines = con.execute("select count(*) from log_lines").fetchone()[0]
-    assert n_lines == con.execute("select sum(n_lines) from runs").fetchone()[0] > 0
-    for rid in labels["runs"]:
-        assert (tmp_path / "reports" / "runs" / f"{rid}.html").is_file()
-    assert os.environ["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
-
-
 def test_dagster_resources_read_and_publish_s3_urls(s3, tmp_path):
     from dagster import DagsterInstance, materialize
 
+    from pipeline.analysis import partition_tags
     from pipeline.definitions import build_definitions
     from pipeline.partitions import RUN_PARTITIONS_NAME
 
@@ -129,10 +108,9 @@ def test_dagster_resources_read_and_publish_s3_urls(s3, tmp_path):
     assert sorted(e.run_id for e in resources["archive"].discover().entries) == run_ids
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, run_ids)
-    for rid in run_ids:
-        assert materialize(list(defs.assets), instance=instance, resources=resources, partition_key=rid,
-                           selection=["runs", "log_lines", "step_metrics", "step_phases", "step_health",
-                                      "run_events", "run_summary"]).success
+    assert materialize(list(defs.assets), instance=instance, resources=resources, tags=partition_tags(run_ids),
+                       selection=["runs", "log_lines", "step_metrics", "step_phases", "step_health",
+                                  "run_events", "run_summary"]).success
     result = materialize(list(defs.assets), instance=instance, resources=resources,
                          selection=["published_warehouse"])
     assert result.success
@@ -143,20 +121,21 @@ def test_dagster_resources_read_and_publish_s3_urls(s3, tmp_path):
     assert summary == {rid: labels["runs"][rid]["failure_class"] for rid in run_ids}
 
 
-def test_analyze_command_takes_s3_urls(s3, tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
+def test_analyze_command_takes_s3_urls(s3, tmp_path, monkeypatch, capsys):
+    """`verl-health analyze s3://... --warehouse s3://...` mirrors the archive, analyses every run, writes
+    the reports locally and publishes a warehouse whose tables answer from the bucket."""
+    from pipeline import cli
 
-    labels = simulate(tmp_path / "sim", runs=2, seed=14)
+    labels = simulate(tmp_path / "sim", runs=3, seed=11)
     _upload_tree(s3, tmp_path / "sim" / "archive", "archive-bkt/cli")
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "verl-health"), "analyze", "s3://archive-bkt/cli",
-         "--warehouse", "s3://lake-bkt/cli-wh", "--reports", str(tmp_path / "reports")],
-        env={**os.environ, "VERL_HEALTH_CACHE": str(tmp_path / "cache")}, capture_output=True, text=True,
-        check=False, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "warehouse published to s3://lake-bkt/cli-wh" in proc.stdout
-    runs = {r for (r,) in connect_remote("s3://lake-bkt/cli-wh").execute("select run_id from runs").fetchall()}
-    assert runs == set(labels["runs"])
+    monkeypatch.setenv("VERL_HEALTH_CACHE", str(tmp_path / "cache"))
+    assert cli.main(["analyze", "s3://archive-bkt/cli", "--warehouse", "s3://lake-bkt/cli-wh",
+                     "--reports", str(tmp_path / "reports")]) == 0
+    assert "warehouse published to s3://lake-bkt/cli-wh" in capsys.readouterr().out
+    con = connect_remote("s3://lake-bkt/cli-wh")
+    assert {r for (r,) in con.execute("select run_id from run_summary").fetchall()} == set(labels["runs"])
+    n_lines = con.execute("select count(*) from log_lines").fetchone()[0]
+    assert n_lines == con.execute("select sum(n_lines) from runs").fetchone()[0] > 0
+    for rid in labels["runs"]:
+        assert (tmp_path / "reports" / "runs" / f"{rid}.html").is_file()
+    assert list((tmp_path / "cache").iterdir()), "the archive was mirrored into VERL_HEALTH_CACHE"

@@ -9,7 +9,6 @@ from pipeline.jobs import NIGHTLY_ASSETS
 from pipeline.resources import WarehouseResource
 from pipeline.schedules import nightly_schedule, nightly_selection
 
-
 TICK = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 DAY_S = 86400
 
