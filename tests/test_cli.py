@@ -1,4 +1,4 @@
-"""The `verl-health` console script: demo and analyze, as a user runs them."""
+"""The `verl-health` command: the installed console script runs the demo; analyze is run in-process."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipeline.cli import main
+from pipeline.simulate import simulate_fleet
+
 VERL_HEALTH = Path(sys.executable).parent / "verl-health"
 
 
 def test_demo_simulates_analyses_and_writes_both_reports(tmp_path):
+    """The installed console script runs the demo: simulate, analyse, both kinds of report."""
     proc = subprocess.run(
         [str(VERL_HEALTH), "demo", "--data", str(tmp_path / "data"), "--reports", str(tmp_path / "reports"),
          "--runs", "4", "--seed", "3"],
@@ -26,48 +30,45 @@ def test_demo_simulates_analyses_and_writes_both_reports(tmp_path):
     assert "Warning" not in proc.stderr, proc.stderr
 
 
-def test_catalog_opens_from_another_folder(tmp_path):
+def test_catalog_opens_from_another_folder(tmp_path, monkeypatch):
     """The warehouse built with relative paths answers queries from wherever the duckdb shell starts."""
-    subprocess.run([str(VERL_HEALTH), "simulate", "sim", "--runs", "2", "--seed", "5"], cwd=tmp_path, check=True,
-                   capture_output=True)
-    subprocess.run([str(VERL_HEALTH), "analyze", "sim/archive", "--warehouse", "wh", "--reports", "rep"],
-                   cwd=tmp_path, check=True, capture_output=True)
+    monkeypatch.chdir(tmp_path)
+    simulate_fleet(Path("sim"), runs=2, seed=5)
+    assert main(["analyze", "sim/archive", "--warehouse", "wh", "--reports", "rep"]) == 0
     query = "import duckdb; print(duckdb.connect('warehouse.duckdb').execute('select count(*) from run_summary').fetchone()[0])"
     out = subprocess.run([sys.executable, "-c", query], cwd=tmp_path / "wh", check=True, capture_output=True,
                          text=True)
     assert out.stdout.strip() == "2"
 
 
-def test_analyze_refuses_a_missing_archive(tmp_path):
-    proc = subprocess.run([str(VERL_HEALTH), "analyze", str(tmp_path / "nope")], capture_output=True, text=True,
-                          check=False, cwd=tmp_path)
-    assert proc.returncode == 2 and "is not a folder" in proc.stderr
+def test_analyze_refuses_a_missing_archive(tmp_path, capsys):
+    """An archive that is not a folder is refused with exit code 2."""
+    assert main(["analyze", str(tmp_path / "nope")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
 
 
-def test_analyze_one_finished_run(tmp_path):
-    subprocess.run([str(VERL_HEALTH), "simulate", "sim", "--runs", "2", "--seed", "8"], cwd=tmp_path, check=True,
-                   capture_output=True)
-    labels = json.loads((tmp_path / "sim" / "labels.json").read_text())
+def test_analyze_one_finished_run(tmp_path, monkeypatch, capsys):
+    """`analyze --run PATH` analyses that run alone and prints its verdict; an unknown run_id is refused."""
+    monkeypatch.chdir(tmp_path)
+    labels = simulate_fleet(Path("sim"), runs=2, seed=8)
     run_id, lab = sorted(labels["runs"].items())[0]
-    proc = subprocess.run(
-        [str(VERL_HEALTH), "analyze", "--run", str(tmp_path / "sim" / "archive" / lab["entry"]),
-         "--warehouse", "wh", "--reports", "rep"],
-        cwd=tmp_path, capture_output=True, text=True, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"{run_id}: {lab['failure_class']} at step {lab['last_step']}")
+    code = main(["analyze", "--run", str(tmp_path / "sim" / "archive" / lab["entry"]),
+                 "--warehouse", "wh", "--reports", "rep"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.startswith(f"{run_id}: {lab['failure_class']} at step {lab['last_step']}")
     assert (tmp_path / "rep" / "runs" / f"{run_id}.html").is_file()
     assert not (tmp_path / "rep" / "runs" / f"{sorted(labels['runs'])[1]}.html").exists()
 
-    missing = subprocess.run([str(VERL_HEALTH), "analyze", "sim/archive", "--run", "no-such-run"], cwd=tmp_path,
-                             capture_output=True, text=True, check=False)
-    assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr
+    assert main(["analyze", "sim/archive", "--run", "no-such-run"]) == 2
+    assert "no run 'no-such-run'" in capsys.readouterr().err
 
 
-def test_analyze_one_run_refuses_what_it_cannot_do(tmp_path):
+def test_analyze_one_run_refuses_what_it_cannot_do(tmp_path, monkeypatch, capsys):
+    """`--run` into an s3:// warehouse is refused before anything is written."""
+    monkeypatch.chdir(tmp_path)
     log = tmp_path / "run-x.log"
     log.write_text("step:1 - a:1\n")
-    proc = subprocess.run([str(VERL_HEALTH), "analyze", "--run", str(log), "--warehouse", "s3://bucket/wh"],
-                          cwd=tmp_path, capture_output=True, text=True, check=False)
-    assert proc.returncode == 2 and "local warehouse" in proc.stderr
+    assert main(["analyze", "--run", str(log), "--warehouse", "s3://bucket/wh"]) == 2
+    assert "local warehouse" in capsys.readouterr().err
     assert not (tmp_path / "s3:").exists()
