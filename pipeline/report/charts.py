@@ -226,7 +226,9 @@ def failure_bars(counts: dict[str, int]) -> Chart | None:
         return None
     items = sorted(counts.items(), key=lambda kv: kv[1])
     fig, ax = plt.subplots(figsize=(5.6, 0.32 * len(items) + 0.9))
-    colors = [OK_COLOR if k == "completed" else ("#e69f00" if k == "hang" else FAIL_COLOR) for k, _ in items]
+    # a run stopped on purpose or a log cut short is no failure: neutral grey
+    tone = {"completed": OK_COLOR, "hang": "#e69f00", "interrupted": "#94a3b8", "no_outcome": "#94a3b8"}
+    colors = [tone.get(k, FAIL_COLOR) for k, _ in items]
     ax.barh([k for k, _ in items], [v for _, v in items], color=colors)
     for i, (_, v) in enumerate(items):
         ax.text(v, i, f" {v}", va="center", fontsize=8)

@@ -448,6 +448,8 @@ def fleet_context(data: FleetReportData) -> dict[str, Any]:
         "n_hung": sum(r.attention == 1 for r in runs),
         "n_anomalous": sum(r.episodes > 0 for r in runs),
         "n_completed": counts.get("completed", 0),
+        "n_stopped": counts.get("interrupted", 0),
+        "n_no_outcome": counts.get("no_outcome", 0),
         "goodput": _median(r.goodput for r in runs),
         "attention": (recent or attention)[:MAX_ATTENTION_ROWS],
         "attention_recent": bool(recent),
