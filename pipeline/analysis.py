@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dagster import DagsterInstance, materialize
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.lake import connect, refresh_catalog
@@ -18,6 +17,9 @@ RUN_DERIVED = ("step_phases", "step_health", "run_events", "run_summary", "confi
 FLEET_DERIVED = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
 # Dagster's console logger prints every step event at DEBUG; the command line shows a summary instead.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# Dagster's run tags that select a range of partitions (plain strings, as its docs give them)
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 @dataclass
 class RunOutcome:
@@ -94,7 +96,7 @@ def partition_tags(run_ids: list[str]) -> dict[str, str]:
     """Dagster run tags that select exactly `run_ids`, consecutive partitions (a range, or one key)."""
     if len(run_ids) == 1:
         return {"dagster/partition": run_ids[0]}
-    return {ASSET_PARTITION_RANGE_START_TAG: run_ids[0], ASSET_PARTITION_RANGE_END_TAG: run_ids[-1]}
+    return {RANGE_START_TAG: run_ids[0], RANGE_END_TAG: run_ids[-1]}
 
 
 def contiguous_ranges(partitions: list[str], wanted: set[str]) -> list[list[str]]:
