@@ -29,7 +29,9 @@ params as (
 run as (
     select * from runs where list_contains($run_ids, run_id)
 ),
-lines as (
+-- not materialized: each use reads only the columns and rows it needs from Parquet, instead of one
+-- in-memory copy of every line's text
+lines as not materialized (
     select run_id, file, line_no, kind, component, segment, step, phase_hint, ts, text
     from log_lines
     where list_contains($run_ids, run_id)
