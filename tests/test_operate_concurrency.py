@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+from types import SimpleNamespace
 
 import duckdb
 import pyarrow as pa
@@ -47,19 +48,24 @@ for _ in range(150):
 """
 
 
-class LockstepRenames:
-    """Stands in for `os` inside pipeline.lake: each rename waits (up to 1 s) until the other writer is at
-    a rename too, so two unguarded swaps of one partition always collide."""
+class Lockstep:
+    """Forces two writers of one partition together: both reach the partition lock at the same moment,
+    then each rename waits (up to 1 s) for the other writer's, so two unguarded swaps always collide."""
 
-    def __init__(self):
-        self.barrier = threading.Barrier(2, timeout=1.0)
+    def __init__(self, real_lock):
+        self.real_lock = real_lock
+        self.at_lock = threading.Barrier(2, timeout=30)
+        self.at_rename = threading.Barrier(2, timeout=1.0)
 
-    def __getattr__(self, name):
-        return getattr(os, name)
+    @contextlib.contextmanager
+    def lock(self, final_dir):
+        self.at_lock.wait()
+        with self.real_lock(final_dir):
+            yield
 
     def rename(self, src, dst):
         with contextlib.suppress(threading.BrokenBarrierError):
-            self.barrier.wait()
+            self.at_rename.wait()
         os.rename(src, dst)
 
 
@@ -67,7 +73,9 @@ def test_the_partition_lock_serialises_two_swaps(tmp_path, monkeypatch):
     """Two rewrites of one run with their renames forced into lockstep: the partition lock makes one
     wait for the other, so both succeed, one writer's rows are kept whole, and nothing is left over."""
     lake.write_run_table(tmp_path, "log_lines", "run-a", pa.table({"writer": ["before"] * 3}))
-    monkeypatch.setattr(lake, "os", LockstepRenames())
+    lockstep = Lockstep(lake._partition_lock)
+    monkeypatch.setattr(lake, "_partition_lock", lockstep.lock)
+    monkeypatch.setattr(lake, "os", SimpleNamespace(rename=lockstep.rename, replace=os.replace))
     errors = []
 
     def rewrite(tag):
