@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench ui clean
+.PHONY: install demo test lint bench mutation ui clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_detect.py
 	$(PY) benchmarks/bench_report.py
 	$(PY) benchmarks/bench_pipeline.py
+
+mutation: $(STAMP)
+	benchmarks/mutation.sh
 
 ui: $(STAMP)
 	$(VENV)/bin/dagster dev -w workspace.yaml
