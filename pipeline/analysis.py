@@ -35,7 +35,7 @@ class ArchiveOutcome:
     """What analysing an archive produced."""
 
     run_ids: list[str]
-    skipped: dict[str, str]
+    skipped: dict[str, str]  # a run not finished yet, or a file that is not a run (README, labels) -> why
     errors: list[str]
     fleet_report: Path | None
     seconds: float
