@@ -17,16 +17,16 @@ def test_demo_simulates_analyses_and_writes_both_reports(tmp_path):
     """The installed console script runs the demo: simulate, analyse, both kinds of report."""
     proc = subprocess.run(
         [str(VERL_HEALTH), "demo", "--data", str(tmp_path / "data"), "--reports", str(tmp_path / "reports"),
-         "--runs", "4", "--seed", "3"],
+         "--runs", "2", "--seed", "3"],
         capture_output=True, text=True, check=False, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     labels = json.loads((tmp_path / "data" / "labels.json").read_text())
-    assert len(labels["runs"]) == 4
+    assert len(labels["runs"]) == 2
     for run_id in labels["runs"]:
         assert (tmp_path / "reports" / "runs" / f"{run_id}.html").is_file()
     assert (tmp_path / "reports" / "fleet" / "latest.html").is_file()
-    assert "analysed 4 runs" in proc.stdout and "fleet report:" in proc.stdout
+    assert "analysed 2 runs" in proc.stdout and "fleet report:" in proc.stdout
     assert "Warning" not in proc.stderr, proc.stderr
 
 
