@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from email.message import EmailMessage
 
+from pipeline.vocabulary import NOT_FAILED
+
 
 def pipeline_failure_message(dagster_run, failure_event, smtp) -> EmailMessage:
     """A plain-text mail about a failed verl-health Dagster run (no secrets, no log bodies)."""
@@ -18,10 +20,6 @@ def pipeline_failure_message(dagster_run, failure_event, smtp) -> EmailMessage:
         f"Reason: {reason}\n"
     )
     return msg
-
-
-# outcomes that are not failures: a run stopped on purpose, or a log that ends with no outcome
-NOT_FAILED = ("completed", "interrupted", "no_outcome")
 
 
 def runs_needing_attention(warehouse, run_ids: list[str]) -> list[dict]:

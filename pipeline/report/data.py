@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from pipeline import lake
+from pipeline import lake, vocabulary
 
 # Timers inside `timing_s/step`, in pipeline order; testing and save_checkpoint run after it closes.
 STEP_PHASES = (
@@ -66,17 +66,7 @@ COMPLETENESS_FACTS = (
     "n_segments",
 )
 # what counts as a failure in the fleet's figures: not a run stopped on purpose, nor a log cut short
-FAILED_CLASSES = (
-    "hang",
-    "cuda_oom",
-    "nccl_timeout",
-    "ray_actor_died",
-    "host_oom_killed",
-    "nan_divergence",
-    "python_exception",
-    "vllm_engine_error",
-    "unknown",
-)
+FAILED_CLASSES = vocabulary.FAILED_CLASSES
 FLEET_SUMMARY_COLUMNS = {
     "run_id", "failure_class", "last_step", "expected_steps", "goodput", "median_step_s", "bottleneck_phase",
     "experiment_name", "root_cause_text", "model_path", "rollout_engine", "n_gpus_per_node", "nnodes", "rollout_n",

@@ -1,38 +1,11 @@
-"""Vocabularies of the design card and the verl names the simulator draws from."""
+"""Vocabularies of the design card (from pipeline.vocabulary) and the verl names the simulator draws from."""
 
-FAILURE_CLASSES = (
-    "completed",
-    "cuda_oom",
-    "nccl_timeout",
-    "ray_actor_died",
-    "host_oom_killed",
-    "hang",
-    "nan_divergence",
-    "python_exception",
-    "vllm_engine_error",
-    "interrupted",
-    "no_outcome",
-    "unknown",
-)
+from pipeline.vocabulary import ANOMALY_CLASSES, FAILURE_CLASSES, STOP_REASONS
 
-# How an `interrupted` run was stopped (label `stop_reason`).
-STOP_REASONS = ("keyboard", "time_limit", "cancelled", "sigterm")
+__all__ = ["ANOMALY_CLASSES", "FAILURE_CLASSES", "STOP_REASONS"]
 
 # What shows that a `hang` run stalled (label `hang_evidence`; `hang_reason` says it in words).
 HANG_EVIDENCE = ("timestamps", "progress_bar", "debugger", "slurm_idle")
-
-ANOMALY_CLASSES = (
-    "kl_spike",
-    "nan_loss",
-    "grad_explosion",
-    "gen_slowdown",
-    "old_log_prob_slowdown",
-    "update_actor_slowdown",
-    "memory_pressure",
-    "entropy_collapse",
-    "response_length_collapse",
-    "reward_collapse",
-)
 
 FORMATS = ("np2", "bare", "v04")
 ARCHIVE_FORMS = ("dir", "tar.gz", "gz")
