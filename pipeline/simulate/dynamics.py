@@ -91,6 +91,7 @@ def generate_run(spec: RunSpec) -> RunTrace:
     def episode(cls: str) -> tuple[np.ndarray, np.ndarray]:
         return _episode_mask(spec, step, segment, cls)
 
+    tex = _texture(spec, n, f)
     v: dict[str, np.ndarray] = {}
     # rollout shape
     r0 = rng.uniform(0.05, 0.4)
@@ -99,7 +100,7 @@ def generate_run(spec: RunSpec) -> RunTrace:
     m, mag = episode("reward_collapse")
     score = np.where(m, score * mag, score)
     resp0 = spec.max_response_length * rng.uniform(0.15, 0.4)
-    resp = resp0 * (1 + 0.25 * f) * noise(0.04)
+    resp = resp0 * (1 + 0.25 * f) * tex["length_growth"] * noise(0.04)
     m, mag = episode("response_length_collapse")
     resp = np.where(m, resp * mag, resp)
     resp = np.maximum(resp, 3.0)
@@ -117,7 +118,7 @@ def generate_run(spec: RunSpec) -> RunTrace:
     v["global_seqlen/balanced_max"] = np.ceil(seq_mean)
     v["global_seqlen/mean"] = seq_mean
 
-    entropy = rng.uniform(0.3, 0.8) * (1 - 0.35 * f) * noise(0.04)
+    entropy = rng.uniform(0.3, 0.8) * (1 - 0.35 * f) * noise(0.04) * tex["entropy_trend"]
     m, mag = episode("entropy_collapse")
     v["actor/entropy"] = np.where(m, entropy * mag, entropy)
 
@@ -125,25 +126,27 @@ def generate_run(spec: RunSpec) -> RunTrace:
     kl_loss = (rng.uniform(5e-4, 2e-3) + 0.01 * f) * noise(0.15)
     clipfrac = rng.uniform(0.001, 0.004) * noise(0.4)
     grad = rng.uniform(0.1, 0.6) * noise(0.25)
+    grad = tex["grad_norm"] if tex["grad_norm"] is not None else grad
     m, mag = episode("kl_spike")
     ppo_kl = np.where(m, 0.0075 * mag * noise(0.1), ppo_kl)
     kl_loss = np.where(m, np.maximum(kl_loss * mag, 0.0075 * mag), kl_loss)
     clipfrac = np.where(m, clipfrac * 5, clipfrac)
     grad = np.where(m, grad * 2, grad)
     m, mag = episode("grad_explosion")
-    grad = np.where(m, grad * mag, grad)
+    grad = np.where(m, grad * mag * tex["grad_spread"], grad)
     clipfrac = np.where(m, clipfrac * 2, clipfrac)
-    pg_loss = rng.normal(0.0, 0.01, n)
+    rng.normal(0.0, 0.01, n)  # the former policy loss, still drawn so that every later draw keeps its value
+    pg_loss = tex["pg_loss"]
     nan_m, nan_mag = episode("nan_loss")
 
     if spec.has_critic:
-        vf_loss = 0.05 * np.exp(-2 * f) * noise(0.2)
+        vf_loss = 0.05 * np.exp(-2 * f) * noise(0.2) * tex["critic_tail"]
         vf_loss = np.where(nan_m & (nan_mag > 1), np.nan, vf_loss)
         v["critic/vf_loss"] = vf_loss
         v["critic/vf_clipfrac"] = rng.uniform(0.0, 0.02, n)
         values_mean = score * 0.9 + rng.normal(0, 0.02, n)
         v["critic/vpred_mean"] = values_mean + rng.normal(0, 0.005, n)
-        v["critic/grad_norm"] = rng.uniform(5, 40) * noise(0.3)
+        v["critic/grad_norm"] = rng.uniform(5, 40) * noise(0.3) * tex["critic_tail"] ** 0.5
         v["perf/mfu/critic"] = rng.uniform(0.2, 0.4) * noise(0.03)
         v["critic/lr"] = np.full(n, 1e-5)
     v["actor/pg_loss"] = np.where(nan_m, np.nan, pg_loss)
@@ -239,9 +242,10 @@ def generate_run(spec: RunSpec) -> RunTrace:
     v["perf/time_per_step"] = t["step"]
     v["perf/throughput"] = total_tokens / (t["step"] * world)
 
+    _apply_unnamed(spec, v, step, segment)
     keys = step_keys(spec, per_token)
     values = {k: np.asarray(v[k], dtype=float) for k in keys}
-    wall = t["step"] + np.where(is_test, v["timing_s/testing"], 0) + np.where(is_save, v["timing_s/save_checkpoint"], 0)
+    wall = v["timing_s/step"] + np.where(is_test, v["timing_s/testing"], 0) + np.where(is_save, v["timing_s/save_checkpoint"], 0)
     wall = wall + rng.uniform(0.5, 2.0, n)
     val_lines = []
     for k, seg in enumerate(spec.segments):
@@ -281,3 +285,151 @@ def _timings(spec: RunSpec, rng: np.random.Generator, n: int, resp_tokens: np.nd
     t["step"] = sum(t[k] for k in timers(spec) if k != "step") + gen_level * rng.uniform(0.005, 0.03, n)
     t["gen_level"] = gen_level
     return t
+
+
+def _texture(spec: RunSpec, n: int, f: np.ndarray) -> dict:
+    """What makes a healthy run look like a real one, from a stream of its own (the other draws keep
+    their values): half the runs log the pre-clip gradient norm, which swings several-fold from step
+    to step with heavy tails; the policy loss is a signed number near zero; entropy declines slowly
+    while reward rises and responses lengthen; the critic's loss and gradient start high and are
+    heavy-tailed."""
+    rng = np.random.default_rng([spec.seed, 7920])
+    t = lambda: rng.standard_t(4, n)  # noqa: E731
+    grad, spread = None, 1.0
+    if rng.random() < 0.5:
+        # swings of about 2-16 around a few units over a few hundred steps, as real pre-clip norms do
+        sigma = rng.uniform(0.25, 0.45)
+        grad = rng.uniform(1.5, 6.0) * (1 + rng.uniform(0, 2) * np.exp(-8 * f)) * np.exp(sigma * rng.standard_t(8, n))
+        spread = float(np.exp(3 * sigma))  # an explosion stands out of the swings, not just above the median
+    loss_scale = float(np.exp(rng.uniform(np.log(0.004), np.log(0.06))))
+    drift = 0.5 * loss_scale * np.sin(2 * np.pi * (rng.uniform(1, 4) * f + rng.uniform()))
+    return {
+        "grad_norm": grad,
+        "grad_spread": spread,
+        "pg_loss": loss_scale * t() + drift,
+        "entropy_trend": (1 - rng.uniform(0.15, 0.6) * f) / (1 - 0.35 * f),
+        "length_growth": 1 + rng.uniform(-0.1, 0.8) * f,
+        "critic_tail": (1 + rng.uniform(0, 8) * np.exp(-20 * f)) * np.exp(0.3 * t()),
+    }
+
+
+def _scale_step_time(v: dict, m: np.ndarray, extra: np.ndarray) -> None:
+    """Add `extra` seconds to the steps of `m`, and carry it to the per-step perf figures."""
+    old = v["timing_s/step"].copy()
+    v["timing_s/step"] = np.where(m, old + extra, old)
+    v["perf/time_per_step"] = v["timing_s/step"]
+    v["perf/throughput"] = v["perf/throughput"] * old / v["timing_s/step"]
+
+
+def _critic_divergence(spec, v, m, mag, ramp):
+    shift = 0.2 * np.log(mag)
+    v["critic/vf_loss"] = np.where(m, v["critic/vf_loss"] * mag, v["critic/vf_loss"])
+    v["critic/grad_norm"] = np.where(m, v["critic/grad_norm"] * np.sqrt(mag), v["critic/grad_norm"])
+    v["critic/vf_clipfrac"] = np.where(m, np.minimum(0.9, v["critic/vf_clipfrac"] + 0.1 * np.log(mag)),
+                                       v["critic/vf_clipfrac"])
+    v["critic/vf_explained_var"] = np.where(m, v["critic/vf_explained_var"] - 0.15 * np.log(mag),
+                                            v["critic/vf_explained_var"])
+    for k in ("critic/vpred_mean", "critic/values/mean", "critic/values/max", "critic/values/min"):
+        v[k] = np.where(m, v[k] + shift, v[k])
+
+
+def _advantage_collapse(spec, v, m, mag, ramp):
+    keys = ["critic/advantages/max", "critic/advantages/min", "actor/pg_clipfrac", "actor/pg_loss"]
+    if not spec.has_critic:
+        keys += ["critic/returns/max", "critic/returns/min"]
+    for k in keys:
+        v[k] = np.where(m, v[k] * mag, v[k])
+    v["actor/grad_norm"] = np.where(m, v["actor/grad_norm"] * np.sqrt(mag), v["actor/grad_norm"])
+
+
+def _prompt_truncation(spec, v, m, mag, ramp):
+    samples = spec.train_batch_size * spec.n
+    cut = samples * v["prompt_length/mean"] * (1 - mag)
+    ratio = np.where(m, (v["perf/total_num_tokens"] - cut) / v["perf/total_num_tokens"], 1.0)
+    for k in ("prompt_length/mean", "prompt_length/max", "prompt_length/min"):
+        v[k] = np.where(m, np.round(v[k] * mag, 3 if k.endswith("mean") else 0), v[k])
+    v["prompt_length/clip_ratio"] = np.where(m, 0.2 + 0.6 * (1 - mag), v["prompt_length/clip_ratio"])
+    for k in [k for k in v if k.startswith("global_seqlen/")] + ["perf/total_num_tokens", "perf/throughput"]:
+        v[k] = v[k] * ratio
+
+
+def _step_overhead(spec, v, m, mag, ramp):
+    extra = mag * np.median(v["timing_s/step"])
+    if "timing_s/reshard" in v:
+        v["timing_s/reshard"] = np.where(m, v["timing_s/reshard"] + 0.8 * extra, v["timing_s/reshard"])
+    _scale_step_time(v, m, extra)
+
+
+def _host_memory_leak(spec, v, m, mag, ramp):
+    v["perf/cpu_memory_used_gb"] = np.where(m, v["perf/cpu_memory_used_gb"] * (1 + mag * ramp),
+                                            v["perf/cpu_memory_used_gb"])
+
+
+def _response_truncation(spec, v, m, mag, ramp):
+    grow = 1 + 0.3 * mag
+    for prefix in ("response_length/", "response_length_non_aborted/"):
+        if prefix + "mean" not in v:
+            continue
+        v[prefix + "clip_ratio"] = np.where(m, mag, v[prefix + "clip_ratio"])
+        v[prefix + "max"] = np.where(m, float(spec.max_response_length), v[prefix + "max"])
+        v[prefix + "mean"] = np.where(m, v[prefix + "mean"] * grow, v[prefix + "mean"])
+    extra = v["timing_s/gen"] * (grow - 1)
+    v["timing_s/gen"] = np.where(m, v["timing_s/gen"] + extra, v["timing_s/gen"])
+    _scale_step_time(v, m, extra)
+
+
+def _seqlen_imbalance(spec, v, m, mag, ramp):
+    diff = v["global_seqlen/minmax_diff"] * mag
+    mean = v["global_seqlen/mean"]
+    v["global_seqlen/max"] = np.where(m, np.ceil(mean + 0.6 * diff), v["global_seqlen/max"])
+    v["global_seqlen/min"] = np.where(m, np.floor(np.maximum(0, mean - 0.4 * diff)), v["global_seqlen/min"])
+    v["global_seqlen/minmax_diff"] = v["global_seqlen/max"] - v["global_seqlen/min"]
+    extra = v["timing_s/update_actor"] * 0.02 * mag
+    v["timing_s/update_actor"] = np.where(m, v["timing_s/update_actor"] + extra, v["timing_s/update_actor"])
+    v["perf/mfu/actor"] = np.where(m, v["perf/mfu/actor"] / (1 + 0.02 * mag), v["perf/mfu/actor"])
+    _scale_step_time(v, m, extra)
+
+
+def _entropy_blowup(spec, v, m, mag, ramp):
+    v["actor/entropy"] = np.where(m, v["actor/entropy"] * mag, v["actor/entropy"])
+    v["actor/pg_clipfrac"] = np.where(m, v["actor/pg_clipfrac"] * (1 + mag / 2), v["actor/pg_clipfrac"])
+    v["response_length/max"] = np.where(m, float(spec.max_response_length), v["response_length/max"])
+    v["response_length/clip_ratio"] = np.where(m, np.maximum(v["response_length/clip_ratio"], 0.05 * mag),
+                                               v["response_length/clip_ratio"])
+
+
+def _kl_loss_drift(spec, v, m, mag, ramp):
+    v["actor/kl_loss"] = np.where(m, v["actor/kl_loss"] * mag, v["actor/kl_loss"])
+
+
+def _aborted_rollouts(spec, v, m, mag, ramp):
+    v["response/aborted_ratio"] = np.where(m, mag, v["response/aborted_ratio"])
+    v["response_length/min"] = np.where(m, 0.0, v["response_length/min"])
+    v["response_length/mean"] = np.where(m, v["response_length/mean"] * (1 - 0.3 * mag), v["response_length/mean"])
+
+
+# What each unnamed kind (pipeline/simulate/unnamed.py) does to the signals of its steps.
+_UNNAMED = {
+    "critic_divergence": _critic_divergence,
+    "advantage_collapse": _advantage_collapse,
+    "prompt_truncation": _prompt_truncation,
+    "step_overhead": _step_overhead,
+    "host_memory_leak": _host_memory_leak,
+    "response_truncation": _response_truncation,
+    "seqlen_imbalance": _seqlen_imbalance,
+    "entropy_blowup": _entropy_blowup,
+    "kl_loss_drift": _kl_loss_drift,
+    "aborted_rollouts": _aborted_rollouts,
+}
+
+
+def _apply_unnamed(spec: RunSpec, v: dict, step: np.ndarray, segment: np.ndarray) -> None:
+    """Apply the run's episodes of class `other` (kinds no rule names) to its signals."""
+    final = segment == len(spec.segments) - 1
+    for ep in spec.episodes:
+        kind = getattr(ep, "kind", "")
+        if not kind:
+            continue
+        m = final & (step >= ep.first_step) & (step <= ep.last_step)
+        ramp = np.clip((step - ep.first_step + 1) / (ep.last_step - ep.first_step + 1), 0.0, 1.0)
+        _UNNAMED[kind](spec, v, m, ep.magnitude, ramp)
