@@ -33,8 +33,12 @@ bench: $(STAMP)
 mutation: $(STAMP)
 	benchmarks/mutation.sh
 
+# the instance `verl-health analyze` and `demo` record their runs in (data/dagster unless DAGSTER_HOME is set)
+DAGSTER_HOME ?= $(CURDIR)/data/dagster
+
 ui: $(STAMP)
-	$(VENV)/bin/dagster dev -w workspace.yaml
+	mkdir -p $(DAGSTER_HOME)
+	DAGSTER_HOME=$(DAGSTER_HOME) $(VENV)/bin/dagster dev -w workspace.yaml
 
 clean:
 	rm -rf data reports/runs reports/fleet .pytest_cache

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,15 +21,6 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 # Dagster's run tags that select a range of partitions (plain strings, as its docs give them)
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
-
-@dataclass
-class RunOutcome:
-    """What analysing one run produced."""
-
-    run_id: str
-    verdict: str
-    report_path: Path
-    materializations: dict[str, dict] = field(default_factory=dict)
 
 @dataclass
 class ArchiveOutcome:
@@ -57,40 +49,6 @@ def resolve_entry(run: str, archive_root: str | Path, quiet_period_s: int = 600)
         if entry.run_id == run:
             return entry
     raise ValueError(f"no run {run!r} under the archive {archive_root}")
-
-def analyze_entry(entry, warehouse: Path, reports: Path, limits=None, refit: bool = False) -> RunOutcome:
-    """Ingest, derive, score and report one run with the plain functions the assets wrap.
-
-    The run is scored with the stored model; one is fitted on the fleet when there is none, or
-    with `refit`. `limits` are the ingest limits (`IngestLimits`; default: its defaults).
-    """
-    from pipeline.derive import derive_fleet_table, derive_run_table
-    from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
-    from pipeline.ingest import ingest_run
-    from pipeline.report import render_run_report
-
-    warehouse.mkdir(parents=True, exist_ok=True)
-    result = ingest_run(entry, warehouse, limits)
-    mats: dict[str, dict] = {
-        t: {"lines": result.n_lines, "steps": result.n_steps, "bytes": result.n_bytes}
-        for t in ("runs", "log_lines", "step_metrics")
-    }
-    for table in RUN_DERIVED:
-        mats[table] = {"rows": derive_run_table(warehouse, table, [entry.run_id])}
-    for table in FLEET_DERIVED:
-        derive_fleet_table(warehouse, table)
-    if refit or model_age_days(warehouse) is None:
-        fit_anomaly_model(warehouse, AnomalyModelConfig())
-    mats["step_anomalies"] = {"flagged_steps": score_runs(warehouse, [entry.run_id])}
-    report_path = render_run_report(warehouse, entry.run_id, reports)
-    mats["run_report"] = {"path": str(report_path)}
-    refresh_catalog(warehouse)
-    row = connect(warehouse).execute(
-        "select failure_class, last_step, expected_steps from run_summary where run_id = $r",
-        {"r": entry.run_id},
-    ).fetchone()
-    verdict = f"{row[0]} at step {row[1]} of {row[2]}" if row else "no summary"
-    return RunOutcome(entry.run_id, verdict, report_path, mats)
 
 def partition_tags(run_ids: list[str]) -> dict[str, str]:
     """Dagster run tags that select exactly `run_ids`, consecutive partitions (a range, or one key)."""
@@ -122,6 +80,7 @@ def analyze_archive(
     force: bool = False,
     refit: bool = False,
     day: dt.date | None = None,
+    include: set[str] | None = None,
 ) -> ArchiveOutcome:
     """Materialise every asset in-process for every finished run in `archive`.
 
@@ -130,6 +89,8 @@ def analyze_archive(
     stored anomaly model; it is fitted on the fleet when there is none, when it is older than
     VERL_HEALTH_REFIT_DAYS (as the nightly schedule does), or with `refit`. The fleet report is for
     `day` (default: today when the analysis starts, so a run that crosses midnight finds its report).
+    With `include`, only those run_ids are analysed (`analyze --run`, `run_health_job`): the same
+    asset jobs, checks, "already done" rule and refit rule as for a whole archive.
     """
     from pipeline.assets.report import DAY_TAG
     from pipeline.definitions import build_definitions
@@ -139,12 +100,13 @@ def analyze_archive(
     defs = build_definitions(archive, warehouse, reports, quiet_period_s=quiet_period_s)
     archive_res = defs.resources["archive"]
     found = archive_res.discover()
-    finished = [e for e in found.entries if e.finished]
+    finished = [e for e in found.entries if e.finished and (include is None or e.run_id in include)]
     if force:
         run_ids, unchanged = sorted(e.run_id for e in finished), []
     else:
         run_ids, unchanged = split_changed(finished, warehouse, reports)
-    skipped = {**found.skipped, **{e.run_id: "not finished yet" for e in found.entries if not e.finished}}
+    skipped = {**found.skipped, **{e.run_id: "not finished yet" for e in found.entries
+                                   if not e.finished and (include is None or e.run_id in include)}}
     instance = instance or DagsterInstance.ephemeral()
     from pipeline.partitions import RUN_PARTITIONS_NAME
 
@@ -182,4 +144,20 @@ def analyze_archive(
         unchanged=unchanged,
     )
 
-__all__ = ["analyze_archive", "analyze_entry", "resolve_entry"]
+def verdict(warehouse: str | Path, run_id: str) -> str:
+    """'<failure_class> at step N of M' for an analysed run, from run_summary."""
+    row = connect(warehouse).execute(
+        "select failure_class, last_step, expected_steps from run_summary where run_id = $r", {"r": run_id}
+    ).fetchone()
+    return f"{row[0]} at step {row[1]} of {row[2]}" if row else "no summary"
+
+
+def persistent_instance(warehouse: str | Path) -> DagsterInstance:
+    """The Dagster instance the command line records its runs in, so `make ui` shows them: $DAGSTER_HOME,
+    else `dagster/` beside the warehouse folder (data/dagster for data/warehouse)."""
+    home = os.environ.get("DAGSTER_HOME") or str(Path(warehouse).resolve().parent / "dagster")
+    Path(home).mkdir(parents=True, exist_ok=True)
+    return DagsterInstance.from_config(home)
+
+
+__all__ = ["analyze_archive", "persistent_instance", "resolve_entry", "verdict"]

@@ -27,7 +27,7 @@ def _print_outcome(outcome, reports: Path) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Materialise every asset in-process for every run in the archive, or for the one run of `--run`."""
     from pipeline import objectstore
-    from pipeline.analysis import analyze_archive
+    from pipeline.analysis import analyze_archive, persistent_instance
 
     if args.run:
         return _analyze_one(args)
@@ -47,15 +47,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(f"error: archive {archive} is not a folder", file=sys.stderr)
         return 2
     outcome = analyze_archive(archive, Path(args.warehouse), Path(args.reports), quiet_period_s=args.quiet_period,
-                              **options)
+                              instance=persistent_instance(args.warehouse), **options)
     _print_outcome(outcome, Path(args.reports))
     return 0
 
 
 def _analyze_one(args: argparse.Namespace) -> int:
-    """`analyze --run`: one finished run, by path or by run_id under the archive (what a launcher calls)."""
+    """`analyze --run`: one finished run, by path or by run_id under the archive (what a launcher calls),
+    through the same asset jobs as a whole archive."""
     from pipeline import objectstore
-    from pipeline.analysis import analyze_entry, resolve_entry
+    from pipeline.analysis import analyze_archive, persistent_instance, resolve_entry, verdict
     from pipeline.definitions import archive_from_env
 
     if objectstore.is_url(args.warehouse) or args.mail:
@@ -68,21 +69,24 @@ def _analyze_one(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    outcome = analyze_entry(entry, Path(args.warehouse), Path(args.reports), archive.limits(), refit=args.refit)
-    print(f"{outcome.run_id}: {outcome.verdict}")
-    print(f"run report:   {outcome.report_path}")
+    root = archive.root if Path(archive.root, Path(entry.path).name).exists() else Path(entry.path).parent
+    analyze_archive(root, Path(args.warehouse), Path(args.reports), instance=persistent_instance(args.warehouse),
+                    force=args.force, refit=args.refit, include={entry.run_id})
+    print(f"{entry.run_id}: {verdict(args.warehouse, entry.run_id)}")
+    print(f"run report:   {Path(args.reports) / 'runs' / f'{entry.run_id}.html'}")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Simulate a small fleet into ./data/archive, then analyse it into ./data/warehouse and ./reports."""
-    from pipeline.analysis import analyze_archive
+    from pipeline.analysis import analyze_archive, persistent_instance
     from pipeline.simulate import simulate_fleet
 
     data = Path(args.data)
     labels = simulate_fleet(data, runs=args.runs, seed=args.seed)
     print(f"simulated {len(labels['runs'])} runs into {data / 'archive'} (ground truth: {data / 'labels.json'})")
-    outcome = analyze_archive(data / "archive", data / "warehouse", Path(args.reports), quiet_period_s=0)
+    outcome = analyze_archive(data / "archive", data / "warehouse", Path(args.reports), quiet_period_s=0,
+                              instance=persistent_instance(data / "warehouse"))
     _print_outcome(outcome, Path(args.reports))
     print(f"warehouse:    {data / 'warehouse'} (duckdb {data / 'warehouse' / 'warehouse.duckdb'})")
     return 0

@@ -1,18 +1,11 @@
 """Jobs: per-run assets (the sensor's), the nightly fleet job, and `run_health_job` for launchers."""
 
-from dagster import (
-    AssetKey,
-    AssetMaterialization,
-    Config,
-    OpExecutionContext,
-    define_asset_job,
-    job,
-    op,
-)
+from pathlib import Path
+
+from dagster import Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
-from pipeline.analysis import analyze_entry, resolve_entry
-from pipeline.partitions import RUN_PARTITIONS_NAME
+from pipeline.analysis import analyze_archive, resolve_entry, verdict
 from pipeline.resources import ArchiveResource, ReportsResource, WarehouseResource
 
 PER_RUN_ASSETS = [
@@ -41,7 +34,7 @@ class RunHealthConfig(Config):
     run: str = Field(description="Path of the run folder / .tar.gz / .gz, or a run_id under the archive root.")
 
 
-@op(description="Ingest, derive, score and report one finished run; records its asset materializations.")
+@op(description="Ingest, derive, score and report one finished run through the asset jobs, in this instance.")
 def analyze_finished_run(
     context: OpExecutionContext,
     config: RunHealthConfig,
@@ -49,16 +42,13 @@ def analyze_finished_run(
     warehouse: WarehouseResource,
     reports: ReportsResource,
 ) -> str:
-    """Analyse one run end to end and register it as a `run_id` partition."""
+    """Analyse one run end to end: the per-run assets (with their checks) for its `run_id` partition."""
     entry = resolve_entry(config.run, archive.root, archive.quiet_period_s)
-    context.instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, [entry.run_id])
-    outcome = analyze_entry(entry, warehouse.root, reports.root, archive.limits())
-    for asset_name, metadata in outcome.materializations.items():
-        context.log_event(
-            AssetMaterialization(asset_key=AssetKey(asset_name), partition=entry.run_id, metadata=metadata)
-        )
-    context.log.info(f"{entry.run_id}: {outcome.verdict}; report at {outcome.report_path}")
-    return str(outcome.report_path)
+    root = archive.root if Path(archive.root, Path(entry.path).name).exists() else Path(entry.path).parent
+    analyze_archive(root, warehouse.root, reports.root, instance=context.instance, include={entry.run_id})
+    report = Path(reports.root) / "runs" / f"{entry.run_id}.html"
+    context.log.info(f"{entry.run_id}: {verdict(warehouse.root, entry.run_id)}; report at {report}")
+    return str(report)
 
 
 @job(description="Analyse one finished run: `dagster job launch -j run_health_job --config-json ...`.")

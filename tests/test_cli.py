@@ -72,3 +72,28 @@ def test_analyze_one_run_refuses_what_it_cannot_do(tmp_path, monkeypatch, capsys
     assert main(["analyze", "--run", str(log), "--warehouse", "s3://bucket/wh"]) == 2
     assert "local warehouse" in capsys.readouterr().err
     assert not (tmp_path / "s3:").exists()
+
+
+def test_cli_runs_are_recorded_in_the_dagster_instance(tmp_path, monkeypatch, capsys):
+    """With DAGSTER_HOME set, `analyze` on a fleet and then `analyze --run` on one more run leave every run_id
+    partition of every per-run asset materialised in that instance (what `make ui` shows)."""
+    from dagster import AssetKey, DagsterInstance
+
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    labels = simulate_fleet(Path("sim"), runs=3, seed=8)
+    later_id, later = sorted(labels["runs"].items())[-1]
+    parked = tmp_path / "later"
+    parked.mkdir()
+    (tmp_path / "sim" / "archive" / later["entry"]).rename(parked / later["entry"])
+    assert main(["analyze", "sim/archive", "--warehouse", "wh", "--reports", "rep"]) == 0
+    assert main(["analyze", "--run", str(parked / later["entry"]), "--warehouse", "wh", "--reports", "rep"]) == 0
+    capsys.readouterr()
+    per_run = ("runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
+               "config_findings", "run_advice", "step_anomalies", "run_report")
+    with DagsterInstance.from_config(str(home)) as instance:
+        for asset in per_run:
+            done = instance.get_materialized_partitions(AssetKey(asset))
+            assert done == set(labels["runs"]), (asset, done)

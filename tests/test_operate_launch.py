@@ -5,7 +5,7 @@ import os
 import subprocess
 import time
 
-from dagster import AssetKey, DagsterInstance, DagsterRunStatus
+from dagster import DagsterInstance, DagsterRunStatus
 from operate_support import ROOT, VENV_BIN, simulate
 
 DAGSTER_YAML = """\
@@ -31,15 +31,19 @@ def _env(tmp_path, home):
 
 
 def _wait_for_run(home, timeout_s=240):
-    """The launched run once it has finished (the launch command returns before the run ends)."""
+    """The launched run once it has finished (the launch command returns before the run ends), and every
+    asset materialization its asset runs recorded in the instance, by asset name."""
     deadline = time.monotonic() + timeout_s
     with DagsterInstance.from_config(str(home)) as instance:
         while time.monotonic() < deadline:
-            runs = instance.get_runs()
-            if runs and runs[0].is_finished:
-                run = runs[0]
-                report = instance.get_latest_materialization_event(AssetKey("run_report"))
-                return run, report
+            launched = [r for r in instance.get_runs() if r.job_name == "run_health_job"]
+            if launched and launched[0].is_finished:
+                done = {}
+                for key in instance.get_asset_keys():
+                    event = instance.get_latest_materialization_event(key)
+                    if event is not None:
+                        done[key.to_user_string()] = event.dagster_event.partition
+                return launched[0], done
             time.sleep(1)
     raise AssertionError(f"no finished run after {timeout_s} s")
 
@@ -57,9 +61,11 @@ def test_job_launch_writes_the_run_report(tmp_path):
         cwd=ROOT, env=_env(tmp_path, home), capture_output=True, text=True, timeout=240,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    run, report = _wait_for_run(home)
-    assert run.job_name == "run_health_job"
+    run, done = _wait_for_run(home)
     assert run.status == DagsterRunStatus.SUCCESS, run.status
     assert (tmp_path / "reports" / "runs" / f"{run_id}.html").is_file()
-    assert report is not None and report.dagster_event.partition == run_id
+    # the run went through the asset graph: every per-run asset has this run's partition in the instance
+    per_run = ("runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
+               "config_findings", "run_advice", "step_anomalies", "run_report")
+    assert {name: done.get(name) for name in per_run} == dict.fromkeys(per_run, run_id)
     assert (tmp_path / "warehouse" / "run_summary" / f"run_id={run_id}").is_dir()

@@ -11,7 +11,6 @@ import re
 
 import duckdb
 import pytest
-
 from conftest import SHARED
 
 # the failure phase of a run that ended without an outcome is what it was doing when the log stops:
