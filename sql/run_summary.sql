@@ -190,8 +190,14 @@ run_state as (
 ),
 progress_point as (
     -- the driver-log line where the run last made progress: its last step line, or the bar's first print
-    -- of that count if earlier (stdout is buffered, stderr's bar is not: step lines can land late)
-    select s.run_id, least(st.line_no, case when b.n >= s.last_step then b.first_line_no end) as line_no
+    -- of that count when the step line came later only because the run was ending (stdout is buffered,
+    -- stderr's bar and tracebacks are not: a Ctrl-C flushes the last step lines after its traceback)
+    select s.run_id,
+           case when b.n >= s.last_step and (st.line_no is null or exists (
+                    select 1 from lines as l
+                    where l.run_id = s.run_id and l.kind = 'error' and l.segment = s.final_segment
+                      and l.line_no > b.first_line_no and l.line_no < st.line_no))
+                then b.first_line_no else st.line_no end as line_no
     from run_state as s
     left join (
         select l.run_id, l.step, min(l.line_no) as line_no
@@ -343,11 +349,13 @@ tail_activity as (
     select t.run_id, arg_max(t.phase, t.line_no) as phase
     from (
         select *, case
-            when regexp_matches(text, 'is preempted by PreemptionMode|AgentLoopWorker|LoopWorker pid|Got \d+ samples after \d+ trials')
-                then 'gen'
+            when regexp_matches(text, 'is preempted by PreemptionMode|Got \d+ samples after \d+ trials')
+                 or coalesce(component, '') like '%LoopWorker%' then 'gen'
             when validating then 'testing'
             -- the reward manager prints a few scored samples: while training that is the reward phase
             when regexp_matches(text, '^\[(prompt|response|ground_truth|score)\]') then 'reward'
+            -- "validation" in free text (a reward function's own debug prints) is no sign of verl validating
+            when phase_hint = 'testing' then null
             else phase_hint end as phase
         from (
             select *, bool_or(text like '%test_gen_batch meta info%' or text like '%validation generation end%')
