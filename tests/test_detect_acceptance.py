@@ -12,20 +12,36 @@ from pipeline.detect import evaluate, run_evaluate, score_runs
 from pipeline.lake import connect
 
 
-def test_evaluate_beats_both_baselines_on_an_unseen_fleet():
-    out = evaluate(train_seed=5, test_seeds=(105,), runs=24)
-    det, raw, seed = (out["results"][k] for k in ("detector", "raw_iforest", "seed_thresholds"))
-    assert det.episodes > 10
-    assert det.f1 >= 0.85 and det.episode_recall >= 0.9 and det.class_accuracy >= 0.9
-    assert det.false_alarms_per_1000 < 10
+@pytest.fixture(scope="module")
+def evaluated(shared_dir):
+    """The detector fitted on one simulated fleet, scored on an unseen one and on the healthy real logs."""
+    return evaluate(train_seed=5, test_seeds=(105,), runs=36, real_logs=str(shared_dir / "real-logs"))
+
+
+def test_evaluate_beats_its_parts_and_both_baselines_on_an_unseen_fleet(evaluated):
+    det, raw, seed, rules = (evaluated["results"][k] for k in ("detector", "raw_iforest", "seed_thresholds", "rules"))
+    named = evaluated["named"]["detector"]
+    assert named.episodes > 10
+    assert named.f1 >= 0.9 and named.episode_recall >= 0.9 and named.class_accuracy >= 0.9
+    assert named.false_alarms_per_1000 <= 5 and det.stray_per_1000 <= 5
+    hit, n, _ = det.by_class["other"]
+    assert n >= 8 and hit / n >= 0.7
+    # what the forest adds: the rules alone find next to none of the kinds no rule names
+    assert rules.by_class["other"][0] <= 1
     assert det.f1 > raw.f1 and det.f1 > seed.f1
 
 
-def test_run_evaluate_prints_the_side_by_side_table(capsys):
-    assert run_evaluate(["--runs", "9", "--train-seed", "3", "--test-seeds", "103", "--json"]) == 0
+def test_the_healthy_shared_real_logs_raise_no_flag(evaluated):
+    assert sum(n for n, _ in evaluated["real"].values()) > 100
+    assert sum(f for _, f in evaluated["real"].values()) == 0
+
+
+def test_run_evaluate_prints_the_side_by_side_tables(capsys):
+    assert run_evaluate(["--runs", "9", "--train-seed", "3", "--test-seeds", "103", "--no-real-logs", "--json"]) == 0
     text = capsys.readouterr().out
-    for name in ("detector", "raw_iforest", "seed_thresholds", "precision", "ep.recall", "FA/1000", "class acc"):
-        assert name in text
+    for name in ("detector", "rules", "forest", "raw_iforest", "seed_thresholds", "precision", "ep.recall", "FA/1000",
+                 "stray/1000", "class acc", "named classes only", "never seen"):
+        assert name in text, name
 
 
 @pytest.mark.slow

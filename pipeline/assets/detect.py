@@ -1,4 +1,4 @@
-"""Detect layer: the fleet-fitted isolation forest and the per-run anomalous steps."""
+"""Detect layer: the fleet-fitted model of normal steps (an isolation forest) and the per-run anomalous steps."""
 
 from dagster import (
     AssetCheckResult,
@@ -24,11 +24,12 @@ MODEL_MAX_AGE_DAYS = 7.0
 
 
 class AnomalyModelSettings(Config):
-    """Isolation-forest settings; recorded with the fitted model."""
+    """Isolation-forest settings; recorded with the fitted model (decision thresholds: AnomalyModelConfig)."""
 
     n_estimators: int = Field(default=AnomalyModelConfig.n_estimators, description="Trees in the forest.")
     contamination: float = Field(
-        default=AnomalyModelConfig.contamination, description="Expected share of anomalous steps in training."
+        default=AnomalyModelConfig.contamination,
+        description="Share of the fleet's ordinary steps the forest ranks as unusual: a rule's weak hit counts only there.",
     )
     max_samples: int = Field(default=AnomalyModelConfig.max_samples, description="Steps drawn per tree.")
     random_state: int = Field(default=AnomalyModelConfig.random_state, description="Fixed seed: refits are repeatable.")
@@ -36,7 +37,8 @@ class AnomalyModelSettings(Config):
 
 @asset(deps=["step_phases", "step_health"], group_name="detect")
 def anomaly_model(context: AssetExecutionContext, config: AnomalyModelSettings, warehouse: WarehouseResource):
-    """Isolation forest fitted on every step of the fleet, saved with its settings and training range."""
+    """Isolation forest fitted on the fleet's ordinary steps, over a summary of every signal each run logged;
+    saved with its settings, gate and training range."""
     info = fit_anomaly_model(
         warehouse.root,
         AnomalyModelConfig(
@@ -78,7 +80,8 @@ def anomaly_model_fresh(warehouse: WarehouseResource) -> AssetCheckResult:
                                 description="Has every column of the design contract.")],
 )
 def step_anomalies(context: AssetExecutionContext, warehouse: WarehouseResource):
-    """Every step scored by the stored model and the rules, with class, explanation and episodes."""
+    """Every step scored by the stored model and the rules, with class, explanation (and, for class `other`,
+    the signals that drove the model), and episodes."""
     run_ids = list(context.partition_keys)
     flagged = score_runs(warehouse.root, run_ids)
     yield MaterializeResult(

@@ -12,6 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pipeline.detect.levels import HALF_WINDOW, MIN_PERIODS, centred_mean3, group_bounds, local_level
+from pipeline.detect.signals import signal_features, signal_z
+
 # Channels that are positive and multiplicative by nature: compared in log space, so the
 # residual is a log-ratio and `<name>_ratio` is "x times the run's baseline".
 LOG_CHANNELS = (
@@ -69,9 +72,10 @@ SHIFT = {c: float(np.log(1.5)) for c in LOG_CHANNELS} | {
     "mem_fraction": 0.05,
 }
 
-HALF_WINDOW = 10  # steps on each side of the current one in the rolling baseline
-MIN_PERIODS = 3  # fewer clean steps than this on a side: that side is not used
 MASK_Z = 2.5  # |z| above which a step is kept out of the next pass's baseline
+# The noise level also covers this quantile of |step-to-step change| (TAIL_Z: its value for unit
+# Gaussian noise); robust to a quarter of the changes being an episode's edges.
+TAIL_Q, TAIL_Z = 0.75, 1.1503
 PASSES = 4
 
 
@@ -128,73 +132,21 @@ def _transform(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, pd.Series]]:
     return pd.DataFrame(out, index=df.index), typicals
 
 
-def _group_bounds(runs: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """For each row, the first row of its run and one past its last (rows sorted by run)."""
-    codes = runs.to_numpy()
-    n = len(codes)
-    new = np.ones(n, dtype=bool)
-    new[1:] = codes[1:] != codes[:-1]
-    starts = np.flatnonzero(new)
-    ends = np.r_[starts[1:], n]
-    sizes = ends - starts
-    return np.repeat(starts, sizes), np.repeat(ends, sizes)
-
-
-def _line_from(c, at: np.ndarray) -> np.ndarray:
-    """Least-squares line read at position `at`, from a window's sums of w, wx, wx^2, wy, wxy.
-
-    Fewer than MIN_PERIODS clean rows give NaN; rows all at one position give their mean.
-    """
-    c0, c1, c2, t0, t1 = c
-    with np.errstate(invalid="ignore", divide="ignore"):
-        xbar = c1 / c0
-        ybar = t0 / c0
-        sxx = c2 - c1 * xbar
-        sxy = t1 - c1 * ybar
-        slope = np.where(sxx > 1e-9, sxy / sxx, 0.0)
-        line = ybar + slope * (at - xbar)
-    return np.where(c0 >= MIN_PERIODS, line, np.nan)
-
-
-def _local_level(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray):
-    """Two levels of each row of one channel from the clean rows of its run (the row excluded).
-
-    Windows count clean rows, not rows, so a long anomalous stretch is skipped over rather than
-    leaving its own steps as their baseline.
-    The two-sided level: the least-squares line through the HALF_WINDOW clean rows before and
-    the HALF_WINDOW after, read at the row, so a linear trend does not bias it (at a run's edge
-    it is extended from one side); NaN without MIN_PERIODS clean rows.
-    The trailing level: the mean of the HALF_WINDOW clean rows before (NaN without history); it
-    sees a level shift in full where the two-sided one, half in the shift, sees it only partly.
-    """
-    h = HALF_WINDOW
-    n = len(values)
-    i = np.arange(n)
-    x = (i - g0).astype(float)  # position in the run: small numbers keep the sums exact
-    cc = np.r_[0, np.cumsum(clean)]
-    keep = np.flatnonzero(clean)
-    xc, yc = x[keep], values[keep]
-    sums = [np.r_[0.0, np.cumsum(a)] for a in (np.ones(len(keep)), xc, xc * xc, yc, xc * yc)]
-    before, upto = cc[i], cc[i + 1]  # clean rows before i, and up to and including i
-    first, end = cc[g0], cc[g1]  # the run's clean rows, as ordinals
-    lo, hi = np.maximum(before - h, first), np.minimum(upto + h, end)
-    level = _line_from([s[hi] - s[lo] - (s[upto] - s[before]) for s in sums], x)
-    lo_t = np.maximum(before - h, first)
-    cnt = before - lo_t
-    with np.errstate(invalid="ignore", divide="ignore"):
-        trailing = np.where(cnt >= MIN_PERIODS, (sums[3][before] - sums[3][lo_t]) / cnt, np.nan)
-    return level, trailing
-
-
 def _noise_scale(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
     """Noise level per run and channel from step-to-step differences, floored by SCALE_FLOOR.
 
     Differences barely see level shifts and slow trends, so even a run that is half anomalous
     gets its true noise; the median is over non-zero differences because a plain one collapses
-    to 0 when most values sit on one point (a score clipped at 1, three-decimal rounding).
+    to 0 when most values sit on one point (a score clipped at 1, three-decimal rounding). The
+    level is the larger of the median-based and the TAIL_Q-quantile-based estimate (equal for
+    Gaussian noise), so a channel that swings several-fold from step to step (a pre-clip gradient
+    norm) is judged against its swings, not its typical step.
     """
     diff = values.groupby(runs, sort=False).diff().abs()
-    spread = diff.where(diff > 1e-12).groupby(runs, sort=False).transform("median") * (1.4826 / np.sqrt(2))
+    moved = diff.where(diff > 1e-12).groupby(runs, sort=False)
+    mid = moved.transform("median") * 1.4826
+    tail = moved.quantile(TAIL_Q).reindex(runs.to_numpy()).set_axis(values.index) / TAIL_Z
+    spread = np.fmax(mid, tail) / np.sqrt(2)
     floor = pd.Series({c: SCALE_FLOOR[c] for c in values.columns})
     return spread.clip(lower=floor, axis=1).fillna(floor)
 
@@ -236,7 +188,7 @@ def _baseline(values: pd.DataFrame, runs: pd.Series):
     with np.errstate(invalid="ignore"):
         # the past is the reference: a run's first steps are not judged by what comes after them
         mask = np.abs(x - before) > MASK_Z * scale
-    g0, g1 = _group_bounds(runs)
+    g0, g1 = group_bounds(runs)
     falling = np.array([c in FALLING for c in names])
     shift = np.array([SHIFT[c] for c in names])
     position = np.arange(len(x)) - g0
@@ -258,11 +210,11 @@ def _baseline(values: pd.DataFrame, runs: pd.Series):
             far &= with_history
         clean &= ~far
         for j in range(x.shape[1]):
-            two[:, j], trail[:, j] = _local_level(x[:, j], clean[:, j], g0, g1)
+            two[:, j], trail[:, j] = local_level(x[:, j], clean[:, j], g0, g1)
             gaps = np.isnan(two[:, j]) & finite[:, j]
             if gaps.any():
                 # too much is masked to fit a line: the line through every step stands in
-                two[gaps, j] = _local_level(x[:, j], finite[:, j], g0, g1)[0][gaps]
+                two[gaps, j] = local_level(x[:, j], finite[:, j], g0, g1)[0][gaps]
         resid_two, resid_trail = x - two, x - trail
         z_two, z_trail = resid_two / scale, resid_trail / scale
         with np.errstate(invalid="ignore"):
@@ -289,18 +241,6 @@ def _diff(x: np.ndarray, first: np.ndarray) -> np.ndarray:
     return d
 
 
-def _centred_mean3(z: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Mean of each row and its neighbours in the same run, ignoring missing values."""
-    prev = np.r_[np.nan, z[:-1]]
-    prev[first] = np.nan
-    nxt = np.r_[z[1:], np.nan]
-    nxt[last] = np.nan
-    stack = np.stack([prev, z, nxt])
-    count = np.sum(~np.isnan(stack), axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, np.nansum(stack, axis=0) / count, np.nan)
-
-
 def _nonfinite_count(df: pd.DataFrame) -> pd.Series:
     """NaN/inf among the values a healthy step always logs, plus the derive layer's has_nan flag."""
     cols = [c for c in ("pg_loss", "grad_norm", "ppo_kl", "entropy", "vf_loss", "kl_loss") if c in df]
@@ -316,7 +256,8 @@ def _nonfinite_count(df: pd.DataFrame) -> pd.Series:
 
 
 def build_features(
-    phases: pd.DataFrame, health: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None
+    phases: pd.DataFrame, health: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None,
+    metrics: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per (run_id, step) of `phases` with the detector's features.
 
@@ -325,13 +266,16 @@ def build_features(
     metric's units), `zs_<channel>` (3-step centred mean of z), `nonfinite`,
     `mem_fraction`, `pg_loss_jump10`, `reward_mean_drop`, `ppo_kl`, `d_ppo_kl` (step-over-step change),
     `pg_clipfrac`, share deltas, `periodic` (a testing or checkpoint step), and `<phase>_vs_fleet`
-    when `fleet_baseline` (index run_id, one column per phase: the config group's median) is given.
+    when `fleet_baseline` (index run_id, one column per phase: the config group's median) is given,
+    and the `sig_*` summary of every logged signal (`signals.signal_features`) when `metrics`
+    (step_metrics rows of the same runs) is given.
     """
-    return features_of(merge_steps(phases, health), fleet_baseline)
+    return features_of(merge_steps(phases, health), fleet_baseline, None if metrics is None else signal_z(metrics))
 
 
-def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None) -> pd.DataFrame:
-    """build_features on an already merged frame (`merge_steps`), same index."""
+def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None,
+                signals: pd.DataFrame | None = None) -> pd.DataFrame:
+    """build_features on an already merged frame (`merge_steps`), same index; `signals` is `signal_z`'s output."""
     runs = df["run_id"]
     values, typicals = _transform(df)
 
@@ -359,7 +303,7 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None) ->
     first = position == 0
     last = np.r_[position[1:] == 0, True]
     for c in CHANNELS:
-        out[f"zs_{c}"] = _centred_mean3(out[f"z_{c}"], first, last)
+        out[f"zs_{c}"] = centred_mean3(out[f"z_{c}"], first, last)
     out = pd.DataFrame(out, index=df.index)
 
     out["nonfinite"] = _nonfinite_count(df)
@@ -391,6 +335,11 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None) ->
         if c in df:
             periodic |= df[c].notna()
     out["periodic"] = periodic
+    # verl's step timer includes validation and checkpointing: the step's own time says nothing there
+    for c in ("step_time", "throughput"):
+        out.loc[periodic, [f"z_{c}", f"zs_{c}"]] = 0.0
+    if signals is not None:
+        out = pd.concat([out, signal_features(signals, out[["run_id", "step"]])], axis=1)
     if fleet_baseline is not None:
         for c in PHASE_TIMES + ("step_time",):
             if c in fleet_baseline.columns and c in df:

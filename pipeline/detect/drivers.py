@@ -1,0 +1,97 @@
+"""Why the model flagged an episode no rule names: which signals drove its score at the episode's peak.
+
+The model's own answer, by occlusion: each signal family in turn is put back at its baseline
+(its z set to 0) and the step is scored again; the drop in score is that family's contribution.
+Families, not single keys, are occluded because verl logs many near-copies (a length's max and
+the same max among non-aborted responses): putting back one copy would leave the other standing
+and credit neither. Within a family, the keys that moved most are cited with their value and
+the run's baseline.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from pipeline.detect.signals import FAMILY_NAMES, step_summary
+
+TOP_FAMILIES = 3
+KEYS_PER_FAMILY = 2
+
+
+def _describe(key: str, value: float, baseline: float, z: float) -> str:
+    if value > 0 and baseline > 0 and not 0.67 < value / baseline < 1.5:
+        return f"{key} {value / baseline:.1f}x the run's baseline (z {z:+.1f})"
+    return f"{key} {value:.4g} (baseline {baseline:.4g}, z {z:+.1f})"
+
+
+def step_drivers(model, rows: pd.DataFrame) -> list[dict]:
+    """The families that drove the model's score of one step, largest contribution first.
+
+    `rows` are the step's `signal_z` rows (every key). Each entry: family, contribution (score
+    drop when the family is put back at its baseline), and its most moved keys (key, value,
+    baseline, z).
+    """
+    rows = rows[np.isfinite(rows["z"].to_numpy(dtype=float))]
+    if rows.empty or model is None or model.forest is None:
+        return []
+    family = pd.Categorical(rows["family"], categories=FAMILY_NAMES).codes.astype(np.int64)
+    present = np.unique(family)
+    z = rows["z"].to_numpy(dtype=float)
+    zs = np.nan_to_num(rows["zs"].to_numpy(dtype=float))
+    # variant 0 is the step as it is; variant k+1 has family present[k] at its baseline
+    variants = len(present) + 1
+    occluded = np.repeat(np.r_[-1, present], len(rows))
+    fam_all = np.tile(family, variants)
+    summary = step_summary(np.repeat(np.arange(variants), len(rows)), fam_all,
+                           np.where(fam_all == occluded, 0.0, np.tile(z, variants)),
+                           np.where(fam_all == occluded, 0.0, np.tile(zs, variants)), variants)
+    scores = model.scores(pd.DataFrame(summary[:, : len(model.features)], columns=list(model.features)))
+    out = []
+    for k in np.argsort(scores[1:] - scores[0])[:TOP_FAMILIES]:
+        contribution = float(scores[0] - scores[1 + k])
+        if contribution <= 0:
+            break
+        fam_rows = rows[family == present[k]]
+        top = fam_rows.iloc[np.argsort(-np.abs(np.nan_to_num(fam_rows["zs"].to_numpy(dtype=float))))[:KEYS_PER_FAMILY]]
+        out.append({
+            "family": FAMILY_NAMES[present[k]],
+            "contribution": round(contribution, 4),
+            "keys": [{"key": str(r.key), "value": float(r.value), "baseline": float(r.baseline), "z": round(float(r.z), 2)}
+                     for r in top.itertuples()],
+        })
+    return out
+
+
+def drivers_text(drivers: list[dict], score: float, typical: float, step: int) -> str:
+    """The explanation of an `other` episode: its peak score and what drove it."""
+    head = f"model score {score:.2f} at step {step} (ordinary steps score about {typical:.2f})"
+    if not drivers:
+        return head + "; no single signal family explains it"
+    parts = []
+    for d in drivers:
+        keys = ", ".join(_describe(k["key"], k["value"], k["baseline"], k["z"]) for k in d["keys"])
+        parts.append(f"{d['family']} signals (-{d['contribution']:.2f} without them): {keys}")
+    return head + "; " + "; ".join(parts)
+
+
+def episode_explanations(model, signals: pd.DataFrame, result: pd.DataFrame) -> tuple[dict, dict]:
+    """For each `other` episode of `result` (decide's output with run_id, step, score, episode_id):
+    (explanation text, drivers JSON) keyed by (run_id, episode_id), from the episode's peak step."""
+    texts, payloads = {}, {}
+    other = result[result["is_anomaly"].to_numpy(dtype=bool) & (result["anomaly_class"] == "other")]
+    if other.empty or signals is None or signals.empty:
+        return texts, payloads
+    peaks = other.loc[other.groupby(["run_id", "episode_id"])["score"].idxmax()]
+    wanted = pd.MultiIndex.from_frame(peaks[["run_id", "step"]].astype({"run_id": str, "step": "int64"}))
+    at = pd.MultiIndex.from_arrays([signals["run_id"].astype(str), signals["step"].astype("int64")])
+    rows = signals[at.isin(wanted)]
+    by_step = {k: g for k, g in rows.groupby([rows["run_id"].astype(str), "step"], observed=True)}
+    for peak in peaks.itertuples():
+        drivers = step_drivers(model, by_step.get((str(peak.run_id), int(peak.step)), rows.iloc[:0]))
+        key = (peak.run_id, peak.episode_id)
+        texts[key] = drivers_text(drivers, float(peak.score), model.typical_score, int(peak.step))
+        payloads[key] = json.dumps(drivers)
+    return texts, payloads

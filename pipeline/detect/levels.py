@@ -1,0 +1,136 @@
+"""Robust local levels of series kept one after another in one array (runs, or run x signal groups).
+
+A row's level comes from the clean rows around it in its own group, never from itself, so an
+anomalous step or stretch is not part of its own baseline. Everything is a cumulative sum over the
+whole array: no per-group Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+HALF_WINDOW = 10  # clean rows on each side of the current one in the baseline
+MIN_PERIODS = 3  # fewer clean rows than this on a side: that side is not used
+
+
+def group_bounds(groups) -> tuple[np.ndarray, np.ndarray]:
+    """For each row, the first row of its group and one past its last (rows sorted by group)."""
+    codes = np.asarray(groups)
+    n = len(codes)
+    new = np.ones(n, dtype=bool)
+    new[1:] = codes[1:] != codes[:-1]
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], n]
+    sizes = ends - starts
+    return np.repeat(starts, sizes), np.repeat(ends, sizes)
+
+
+def _line_from(c, at: np.ndarray) -> np.ndarray:
+    """Least-squares line read at position `at`, from a window's sums of w, wx, wx^2, wy, wxy.
+
+    Fewer than MIN_PERIODS clean rows give NaN; rows all at one position give their mean.
+    """
+    c0, c1, c2, t0, t1 = c
+    with np.errstate(invalid="ignore", divide="ignore"):
+        xbar = c1 / c0
+        ybar = t0 / c0
+        sxx = c2 - c1 * xbar
+        sxy = t1 - c1 * ybar
+        slope = np.where(sxx > 1e-9, sxy / sxx, 0.0)
+        line = ybar + slope * (at - xbar)
+    return np.where(c0 >= MIN_PERIODS, line, np.nan)
+
+
+def local_level(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray):
+    """Two levels of each row from the clean rows of its group (the row excluded); g0/g1 from group_bounds.
+
+    Windows count clean rows, not rows, so a long anomalous stretch is skipped over rather than
+    leaving its own steps as their baseline.
+    The two-sided level: the least-squares line through the HALF_WINDOW clean rows before and
+    the HALF_WINDOW after, read at the row, so a linear trend does not bias it (at a run's edge
+    it is extended from one side); NaN without MIN_PERIODS clean rows.
+    The trailing level: the mean of the HALF_WINDOW clean rows before (NaN without history); it
+    sees a level shift in full where the two-sided one, half in the shift, sees it only partly.
+    """
+    h = HALF_WINDOW
+    n = len(values)
+    i = np.arange(n)
+    x = (i - g0).astype(float)  # position in the group: small numbers keep the sums exact
+    cc = np.r_[0, np.cumsum(clean)]
+    keep = np.flatnonzero(clean)
+    xc, yc = x[keep], values[keep]
+    sums = [np.r_[0.0, np.cumsum(a)] for a in (np.ones(len(keep)), xc, xc * xc, yc, xc * yc)]
+    before, upto = cc[i], cc[i + 1]  # clean rows before i, and up to and including i
+    first, end = cc[g0], cc[g1]  # the group's clean rows, as ordinals
+    lo, hi = np.maximum(before - h, first), np.minimum(upto + h, end)
+    level = _line_from([s[hi] - s[lo] - (s[upto] - s[before]) for s in sums], x)
+    lo_t = np.maximum(before - h, first)
+    cnt = before - lo_t
+    with np.errstate(invalid="ignore", divide="ignore"):
+        trailing = np.where(cnt >= MIN_PERIODS, (sums[3][before] - sums[3][lo_t]) / cnt, np.nan)
+    return level, trailing
+
+
+class LineSums:
+    """Cumulative sums of the clean rows of grouped series, from which `local_line` reads windowed
+    lines: computed once per clean mask, read for several windows."""
+
+    def __init__(self, values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray):
+        self.x = (np.arange(len(values)) - g0).astype(float)  # position in the group: small numbers keep sums exact
+        cc = np.r_[0, np.cumsum(clean)]
+        keep = np.flatnonzero(clean)
+        xc, yc = self.x[keep], values[keep]
+        self.sums = [np.r_[0.0, np.cumsum(a)] for a in (xc, xc * xc, yc, xc * yc)]
+        # clean rows before each row, up to and including it, and its group's first and last as ordinals
+        self.before, self.upto = cc[:-1], cc[1:]
+        self.first, self.end = cc[g0], cc[g1]
+
+
+def local_line(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray, gap: int = 0,
+               side: str = "both", sums: LineSums | None = None):
+    """The least-squares line through the HALF_WINDOW clean rows on `side` of each row ("both",
+    "before" or "after"), read at the row, with its prediction standard error in units of the noise.
+
+    The row itself and the `gap` clean rows next to it on each side are left out, so that with a
+    gap a short cluster of anomalous rows cannot vouch for its own members. The error factor is
+    sqrt(1 + 1/n + (x - xbar)^2 / Sxx) of the window's line: about 1.05 in the middle of a series,
+    larger where the line is extrapolated (a series' first and last rows, a one-sided line, next to
+    a masked stretch), so residuals there count for less. Both are NaN with fewer than MIN_PERIODS
+    clean rows. `sums` (LineSums of the same values and mask) saves recomputing them.
+    """
+    s = sums or LineSums(values, clean, g0, g1)
+    h = HALF_WINDOW
+    inner_lo = np.maximum(s.before - gap, s.first) if gap else s.before
+    inner_hi = np.minimum(s.upto + gap, s.end) if gap else s.upto
+    # the window is [lo, inner_lo) and [inner_hi, hi) in clean-row ordinals
+    parts = []
+    if side != "after":
+        lo = np.maximum(inner_lo - h, s.first)
+        parts.append((lo, inner_lo))
+    if side != "before":
+        hi = np.minimum(inner_hi + h, s.end)
+        parts.append((inner_hi, hi))
+    c0 = sum((b - a).astype(float) for a, b in parts)
+    c1, c2, t0, t1 = (sum(arr[b] - arr[a] for a, b in parts) for arr in s.sums)
+    x = s.x
+    with np.errstate(invalid="ignore", divide="ignore"):
+        xbar, ybar = c1 / c0, t0 / c0
+        sxx = c2 - c1 * xbar
+        flat = sxx <= 1e-9
+        slope = np.where(flat, 0.0, (t1 - c1 * ybar) / sxx)
+        level = np.where(c0 >= MIN_PERIODS, ybar + slope * (x - xbar), np.nan)
+        factor = np.sqrt(1 + 1 / c0 + np.where(flat, 0.0, (x - xbar) ** 2 / sxx))
+    return level, np.where(np.isnan(level), np.nan, factor)
+
+
+def centred_mean3(z: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Mean of each row and its neighbours in the same group, ignoring missing values; `first` and
+    `last` mark each group's first and last rows."""
+    prev = np.r_[np.nan, z[:-1]]
+    prev[first] = np.nan
+    nxt = np.r_[z[1:], np.nan]
+    nxt[last] = np.nan
+    stack = np.stack([prev, z, nxt])
+    count = np.sum(~np.isnan(stack), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, np.nansum(stack, axis=0) / count, np.nan)

@@ -1,0 +1,174 @@
+"""The fleet's model of normal steps: `other` flags, their explanations, the gate on the rules, the files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from pipeline.detect import AnomalyModelConfig, build_features, decide, fit_model, score_frame
+from pipeline.detect.model import FittedModel, fit_anomaly_model, model_matrix, score_runs
+from pipeline.lake import connect, write_run_table
+from tests.detect_runs import extra_signals, make_run, to_metrics
+
+N = 120
+PLANTED = "run-3"  # its critic diverges at steps 60-66: vf_loss x12, grad norm x4
+
+
+def _fleet(n_runs: int = 10, seed: int = 0, plant: bool = True, noisy: bool = False):
+    """phases, health and step_metrics of `n_runs` hand-made runs; `noisy` gives them pre-clip gradient
+    norms swinging several-fold and a signed policy loss well away from zero."""
+    runs = [make_run(f"run-{i}", n=N, seed=seed * 100 + i) for i in range(n_runs)]
+    phases = pd.concat([p for p, _ in runs], ignore_index=True)
+    health = pd.concat([h for _, h in runs], ignore_index=True)
+    extra = {f"run-{i}": extra_signals(N, seed * 100 + i) for i in range(n_runs)}
+    if noisy:
+        rng = np.random.default_rng(seed)
+        health["grad_norm"] = 5 * rng.lognormal(0, 0.4, len(health))
+        health["pg_loss"] = rng.normal(0, 0.03, len(health))
+    if plant:
+        at = slice(59, 66)
+        extra[PLANTED]["critic/vf_loss"][at] *= 12
+        extra[PLANTED]["critic/grad_norm"][at] *= 4
+    return phases, health, to_metrics(phases, health, extra)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    phases, health, metrics = _fleet()
+    model = fit_model(build_features(phases, health, metrics=metrics), AnomalyModelConfig(n_estimators=100))
+    return model, phases, health, metrics
+
+
+def test_an_anomaly_no_rule_names_is_flagged_other_and_explained(fitted):
+    model, phases, health, metrics = fitted
+    result = score_frame(phases, health, model, metrics=metrics)
+    run = result[result["run_id"] == PLANTED]
+    episode = run[run["step"].between(60, 66)]
+    assert (episode["is_anomaly"] & (episode["anomaly_class"] == "other")).sum() >= 5
+    assert run.loc[~run["step"].between(58, 68), "is_anomaly"].sum() <= 1
+    assert result.loc[result["run_id"] != PLANTED, "is_anomaly"].mean() < 0.01
+    flagged = episode[episode["is_anomaly"]]
+    text = flagged["explanation"].iloc[0]
+    assert "critic/vf_loss" in text and "x the run's baseline" in text
+    drivers = json.loads(flagged["drivers"].iloc[0])
+    assert drivers[0]["family"] == "critic" and drivers[0]["contribution"] > 0
+    vf = next(k for k in drivers[0]["keys"] if k["key"] == "critic/vf_loss")
+    assert 6 < vf["value"] / vf["baseline"] < 25
+    assert flagged["explanation"].nunique() == 1  # one explanation for the episode, from its peak
+    assert run["score"].notna().all()  # every step is ranked
+
+
+def test_without_the_forest_the_anomaly_goes_unnoticed(fitted):
+    """The ablation: the rules alone have nothing to say about the critic."""
+    model, phases, health, metrics = fitted
+    features = build_features(phases, health, metrics=metrics)
+    alone = decide(features, model, use_model=False)
+    assert not alone.loc[(alone["run_id"] == PLANTED) & alone["step"].between(60, 66), "is_anomaly"].any()
+
+
+def test_healthy_runs_with_heavy_tailed_signals_stay_quiet():
+    phases, health, metrics = _fleet(12, seed=3, plant=False, noisy=True)
+    features = build_features(phases, health, metrics=metrics)
+    model = fit_model(features, AnomalyModelConfig(n_estimators=100))
+    assert decide(features, model)["is_anomaly"].mean() < 0.01
+
+
+class FixedScores(FittedModel):
+    """A model whose scores are given: the decision logic alone under test."""
+
+    def __init__(self, scores, gate: float = 0.5):
+        super().__init__(forest=object(), features=(), floor=np.zeros(0), gate=gate, typical_score=0.4,
+                         thresholds={})
+        self.fixed = np.asarray(scores, dtype=float)
+
+    def scores(self, features: pd.DataFrame) -> np.ndarray:
+        return self.fixed
+
+
+def _steps(n: int = 12, **columns) -> pd.DataFrame:
+    base = {"run_id": "r", "step": np.arange(1, n + 1), "sig_keys": 30.0, "sig_top": 1.0, "sig_family": "timing"}
+    frame = pd.DataFrame(base)
+    for name, (steps, value, rest) in columns.items():
+        frame[name] = np.where(frame["step"].isin(steps), value, rest)
+    return frame
+
+
+def test_the_gate_cuts_a_weak_rule_hit_and_lets_a_strong_one_through():
+    weak = _steps(z_gen=([5, 6, 7], 4.5, 0.0), zs_gen=([5, 6, 7], 3.6, 0.0), gen_ratio=([5, 6, 7], 1.4, 1.0))
+    low, high = np.full(12, 0.3), np.where(weak["step"].isin([5, 6, 7]), 0.9, 0.3)
+    assert not decide(weak, FixedScores(low))["is_anomaly"].any()
+    flagged = decide(weak, FixedScores(high))
+    assert list(flagged.loc[flagged["is_anomaly"], "step"]) == [5, 6, 7]
+    assert set(flagged.loc[flagged["is_anomaly"], "anomaly_class"]) == {"gen_slowdown"}
+    # a one-step blip at the threshold does not last, even where the model agrees
+    blip = _steps(z_gen=([6], 4.5, 0.0), zs_gen=([6], 1.5, 0.0), gen_ratio=([6], 1.4, 1.0))
+    assert not decide(blip, FixedScores(high))["is_anomaly"].any()
+    # twice the threshold needs no model
+    strong = _steps(z_gen=([6], 9.0, 0.0), zs_gen=([6], 3.0, 0.0), gen_ratio=([6], 2.2, 1.0))
+    assert decide(strong, FixedScores(low))["is_anomaly"].sum() >= 1
+
+
+def test_other_needs_two_unusual_steps_and_a_signal_that_moved():
+    moved = _steps(sig_top=([5, 6, 9], 6.0, 1.0))
+    one = np.where(moved["step"] == 5, 0.9, 0.3)
+    two = np.where(moved["step"].isin([5, 6]), 0.9, 0.3)
+    assert not decide(moved, FixedScores(one))["is_anomaly"].any()
+    result = decide(moved, FixedScores(two))
+    assert list(result.loc[result["is_anomaly"], "step"]) == [5, 6]
+    assert set(result.loc[result["is_anomaly"], "anomaly_class"]) == {"other"}
+    still = _steps(sig_top=([5, 6], 2.0, 1.0))
+    assert not decide(still, FixedScores(two))["is_anomaly"].any()
+
+
+@pytest.mark.parametrize("family, kept", [("timing", False), ("critic", True)])
+def test_a_stretch_next_to_a_named_episode_on_its_signals_is_that_episode(family, kept):
+    """A gen slowdown at steps 4-6, then two unusual steps no rule names: its run-down when timing
+    moved, another anomaly when the critic did."""
+    frame = _steps(z_gen=([4, 5, 6], 9.0, 0.0), zs_gen=([4, 5, 6], 8.0, 0.0), gen_ratio=([4, 5, 6], 2.5, 1.0),
+                   sig_top=([4, 5, 6, 7, 8], 6.0, 1.0))
+    frame["sig_family"] = np.where(frame["step"].isin([7, 8]), family, "timing")
+    scores = np.where(frame["step"].isin([4, 5, 6, 7, 8]), 0.9, 0.3)
+    result = decide(frame, FixedScores(scores))
+    assert result.loc[result["step"].isin([4, 5, 6]), "anomaly_class"].eq("gen_slowdown").all()
+    tail = result[result["step"].isin([7, 8])]
+    assert tail["is_anomaly"].all() == kept
+    if kept:
+        assert set(tail["anomaly_class"]) == {"other"}
+
+
+def test_a_fleet_without_signals_to_judge_leaves_the_rules_alone():
+    phases, health = make_run(seed=5, episode=("kl_spike", 40, 44))
+    features = build_features(phases, health)
+    model = fit_model(features)
+    assert model.forest is None
+    result = decide(features, model)
+    assert result["score"].isna().all()
+    assert result.loc[result["step"].between(40, 44), "is_anomaly"].all()
+
+
+def test_model_input_counts_only_excess_deviation():
+    frame = pd.DataFrame({"sig_top": [0.0, 2.0, np.inf], "sig_second": [np.nan, 1.0, 50.0]})
+    x = model_matrix(frame, ("sig_top", "sig_second"), floor=np.log1p([1.0, 1.0]))
+    assert np.allclose(x[0], np.log1p([1.0, 1.0]))  # quieter than the median counts as the median
+    assert np.allclose(x[1], np.log1p([2.0, 1.0]))
+    assert np.allclose(x[2], np.log1p([30.0, 30.0]))  # clipped
+
+
+def test_fit_and_score_through_the_warehouse_read_every_logged_signal(tmp_path):
+    phases, health, metrics = _fleet(8, seed=1)
+    for table, frame in (("step_phases", phases), ("step_health", health), ("step_metrics", metrics)):
+        for rid, part in frame.groupby("run_id"):
+            write_run_table(tmp_path, table, rid, pa.Table.from_pandas(part.drop(columns="run_id"), preserve_index=False))
+    info = fit_anomaly_model(tmp_path, AnomalyModelConfig(n_estimators=60))
+    assert info.meta["features"] == ["sig_top", "sig_second", "sig_peak", "sig_moved", "sig_energy"]
+    assert 0.3 < info.meta["typical_score"] < info.meta["gate_score"] < 1
+    assert score_runs(tmp_path, [PLANTED, "run-4"]) >= 5
+    rows = connect(tmp_path).execute("select * from step_anomalies where run_id = $r order by step", {"r": PLANTED}).df()
+    other = rows[rows["is_anomaly"] & (rows["anomaly_class"] == "other")]
+    assert other["step"].between(59, 67).all() and len(other) >= 5
+    assert json.loads(other["drivers"].iloc[0])[0]["family"] == "critic"
+    assert rows.loc[~rows["is_anomaly"], "drivers"].isna().all()
