@@ -68,3 +68,18 @@ def test_oom_report_advises_the_runs_own_log_prob_micro_batch(analyzed_real_logs
     first = doc.find("table", id_="run-advice").find("tbody").find("tr")
     assert first.attrs["data-setting"] == "actor_rollout_ref.rollout.log_prob_micro_batch_size"
     assert first.find("td", cls="current").text() == "128" and first.find("td", cls="suggested").text() == "64"
+
+
+def test_run_report_folds_step_lines_and_lists_events_not_frames(analyzed_real_logs):
+    """Log 16 ends on its step:11 line, a few thousand characters of metrics: the excerpt shows its head and
+    how many metrics it folded. Log 08's event table lists its KeyboardInterrupt, not each traceback frame."""
+    from report_fixtures import parse_html
+
+    def page(prefix: str):
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(prefix))
+        return parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+
+    last = page("16_").find("pre", id_="last-line-context").find_all("span", cls="ln")[-1].text()
+    assert "step:11 - " in last and last.endswith("metrics)") and len(last) < 220
+    events = page("08_").find("table", id_="events").text()
+    assert "KeyboardInterrupt" in events and "traceback_frame" not in events

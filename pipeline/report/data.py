@@ -73,6 +73,7 @@ FLEET_SUMMARY_COLUMNS = {
     "config_group", "last_ts", "mtime", "ingested_at",
 }
 CONTEXT_LINES = 6
+FOLDED_STEP_LINE = 160
 MAX_ERROR_EVENTS = 12
 
 
@@ -368,9 +369,13 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
                 "kind": "last_line",
             }
         if root_cause and root_cause["file"] and root_cause["line_no"] is not None and lines_by_kind:
+            # a step line holds hundreds of metrics: folded to its head, so the causal line stays in view
             context = rows(
                 con,
-                "select line_no, text, kind, line_no = $line_no as is_cause from log_lines "
+                "select line_no, kind, line_no = $line_no as is_cause, "
+                "case when kind = 'step_metrics' and length(text) > $fold "
+                "then left(text, $fold) || format(' … ({} metrics)', length(text) - length(replace(text, ' - ', '')) // 3) "
+                "else text end as text from log_lines "
                 "where run_id = $run_id and file = $file and line_no between $lo and $hi order by line_no",
                 {
                     "run_id": run_id,
@@ -378,15 +383,18 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
                     "line_no": int(root_cause["line_no"]),
                     "lo": int(root_cause["line_no"]) - CONTEXT_LINES,
                     "hi": int(root_cause["line_no"]) + CONTEXT_LINES,
+                    "fold": FOLDED_STEP_LINE,
                 },
             )
 
         error_events = []
         if columns(con, "run_events"):
             # The last events are the ones next to the failure; show them in log order.
+            # traceback frames and their source lines are in the excerpt above: one row per event, not per frame
             error_events = rows(
                 con,
                 "select * from (select * exclude (run_id) from run_events where run_id = $run_id "
+                "and event_class not in ('traceback_frame', 'traceback_code', 'chained_exception') "
                 "order by coalesce(segment, 0) desc, file desc, line_no desc limit $n) "
                 "order by coalesce(segment, 0), file, line_no",
                 {"run_id": run_id, "n": MAX_ERROR_EVENTS},
