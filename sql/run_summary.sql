@@ -430,6 +430,11 @@ stall as (
         greatest(cs.span_s, case when b.n >= s.last_step then b.stuck_s end) as stalled_s,
         case
             when bg.run_id is null then p.startup_stall_s
+            -- in the first step nothing says how long a step takes: lines that keep coming for a while
+            -- may be a slow first rollout, so only a longer silence of progress counts (the bar's own
+            -- elapsed time at an unchanged count is stronger evidence and keeps the shorter limit)
+            when st.median_step_s is null and coalesce(b.n, 0) = 0
+                 and coalesce(b.stuck_s, 0) < coalesce(cs.span_s, 0) then p.first_step_stall_s
             else greatest(p.min_stall_s, st.longest_step_s, p.stall_step_factor * coalesce(
                 st.median_step_s, b.last_elapsed / nullif(b.n, 0), 0))
         end as limit_s,

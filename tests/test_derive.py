@@ -346,3 +346,18 @@ def test_goodput_counts_only_steps_a_checkpoint_kept(tmp_path):
     findings = {r for (r,) in connect(tmp_path).execute(
         "select run_id from config_findings where finding = 'no_checkpoint_before_failure'").fetchall()}
     assert findings == {"unsaved-l"}
+
+
+def test_first_step_needs_a_longer_silence_than_later_steps(tmp_path):
+    """After validation's step:0 no step time is known: vLLM lines that keep coming for 10 minutes may be a slow
+    first rollout (no outcome), 20 minutes of them with no step is a stall (hang)."""
+    for run_id, minutes in (("slow-n", 10), ("stuck-o", 20)):
+        b = RunBuilder(run_id, total_training_steps=10)
+        b.step(0, {"val-core/gsm8k/acc/mean@1": 0.4})
+        for m in range(minutes + 1):
+            b.line(f"(WorkerDict pid=3) INFO 11-02 08:{m:02d}:00 [metrics.py:1] Avg prompt throughput: 0.0 tokens/s",
+                   "other")
+        b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["slow-n", "stuck-o"])
+    got = dict(connect(tmp_path).execute("select run_id, failure_class from run_summary").fetchall())
+    assert got == {"slow-n": "no_outcome", "stuck-o": "hang"}
