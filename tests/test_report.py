@@ -197,15 +197,17 @@ def test_fleet_lists_runs_needing_attention_first(built):
     ids = [r.attrs["data-run-id"] for r in rows]
     assert ids == ["run-hostile", "run-cuda-oom", "run-nccl-timeout", "run-hang", "run-anomalous"], \
         "the last 7 days: failed newest first, then hung, then anomalous"
-    assert doc.find("p", cls="headline").text() == "5 runs from the last 7 days need attention"
+    assert doc.find("p", cls="headline").text() == "5 runs from the 7 days up to 2026-11-28 need attention"
 
 
-def test_fleet_attention_falls_back_to_the_newest_when_the_week_is_quiet(built, tmp_path):
+def test_an_old_archive_is_judged_by_its_newest_week_not_by_today(built, tmp_path):
+    """Rendered on 2027-03-01, three months after its newest run ended (2026-11-28), the fleet is not
+    "quiet this week": its windows end on the newest run's day, and the header says so."""
     doc = page(render_fleet_report(built["warehouse"], tmp_path, date(2027, 3, 1)))
-    assert doc.find("p", cls="headline").text() == "No new problems in the last 7 days"
+    assert doc.find("p", cls="headline").text() == "5 runs from the 7 days up to 2026-11-28 need attention"
+    assert "the newest ended 2026-11-28" in doc.find("header").text()
     ids = [r.attrs["data-run-id"] for r in doc.find("table", id_="attention-table").find_all("tr", cls="run")]
-    assert len(ids) == 11 and ids[0] == "run-hostile" and ids[-1] == "run-anomalous"
-    assert doc.find("p", id_="no-recent-runs")
+    assert ids == ["run-hostile", "run-cuda-oom", "run-nccl-timeout", "run-hang", "run-anomalous"]
 
 
 def test_fleet_counts_failures_by_class(built):

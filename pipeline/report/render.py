@@ -434,13 +434,19 @@ def fleet_context(data: FleetReportData) -> dict[str, Any]:
     runs = sorted(data.runs, key=lambda r: (r.ended_at is None, -(r.ended_at or datetime.min).timestamp()
                                             if r.ended_at else 0, r.run_id))
     attention = sorted((r for r in runs if r.attention < 3), key=lambda r: r.attention)
-    since = data.day - timedelta(days=ATTENTION_DAYS - 1)
+    # the windows end at the newest run's end when that is older than the report's day: an archive of
+    # runs from months ago is not "quiet this week"
+    newest = max((r.ended_at.date() for r in runs if r.ended_at is not None), default=None)
+    data_day = min(data.day, newest) if newest else data.day
+    since = data_day - timedelta(days=ATTENTION_DAYS - 1)
     recent = [r for r in attention if r.ended_at is None or r.ended_at.date() >= since]
     counts = Counter(r.failure_class for r in runs)
     groups = _groups_from_table(data.groups) if data.groups else _config_groups(runs)
-    week_rows = _week_over_week(runs, data.day)
+    week_rows = _week_over_week(runs, data_day)
     return {
         "day": data.day,
+        "data_day": data_day,
+        "n_recent_failed": sum(r.attention == 0 for r in recent),
         "generated": datetime.now().strftime("%Y-%m-%d %H:%M"),
         "runs": runs,
         "n_runs": len(runs),
