@@ -125,3 +125,42 @@ def test_hostile_log_text_does_not_run(driver, reports, tmp_path):
         driver.switch_to.alert.text  # noqa: B018
     cause = driver.find_element("css selector", "#root-cause-context .cause").text
     assert "<script>alert('pwned')</script>" in cause
+
+
+def _page_scrolls_sideways(driver) -> bool:
+    return driver.execute_script(
+        "return document.documentElement.scrollWidth > document.documentElement.clientWidth + 1")
+
+
+@pytest.mark.parametrize("page", ["fleet/latest.html", "runs/run-cuda-oom.html", "runs/run-anomalous.html"])
+def test_no_sideways_page_scroll_on_a_phone_or_a_laptop(driver, reports, page):
+    """At 400 px (a phone) and 1400 px the page never scrolls sideways: wide tables scroll in their own box."""
+    try:
+        for width in (400, 1400):
+            driver.set_window_size(width, 900)
+            driver.get((reports / page).resolve().as_uri())
+            assert not _page_scrolls_sideways(driver), (page, width)
+    finally:
+        driver.set_window_size(1280, 900)
+
+
+def test_dark_mode_darkens_the_page(driver, reports):
+    """Under prefers-color-scheme: dark the page background is dark and its text light."""
+    def colours():
+        driver.get((reports / "runs" / "run-cuda-oom.html").resolve().as_uri())
+        return driver.execute_script(
+            "const s = getComputedStyle(document.body); return [s.backgroundColor, s.color]")
+
+    def luminance(css: str) -> float:
+        r, g, b = (int(x) for x in css[css.index("(") + 1:css.index(")")].split(",")[:3])
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    light_bg, light_ink = colours()
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                           {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        dark_bg, dark_ink = colours()
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    assert luminance(light_bg) > 200 and luminance(light_ink) < 60
+    assert luminance(dark_bg) < 40 and luminance(dark_ink) > 180
