@@ -164,3 +164,13 @@ def test_dark_mode_darkens_the_page(driver, reports):
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
     assert luminance(light_bg) > 200 and luminance(light_ink) < 60
     assert luminance(dark_bg) < 40 and luminance(dark_ink) > 180
+
+
+def test_charts_hold_twice_the_pixels_they_are_drawn_at(driver, reports):
+    """Each chart image has at least ~2x the pixels of the box it is shown in (sharp on a laptop screen)."""
+    driver.get((reports / "runs" / "run-anomalous.html").resolve().as_uri())
+    sizes = driver.execute_script(
+        "return Array.from(document.images).map(i => [i.naturalWidth, i.getBoundingClientRect().width])")
+    assert sizes
+    for natural, shown in sizes:
+        assert natural >= 1.9 * shown, (natural, shown)

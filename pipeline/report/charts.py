@@ -15,7 +15,9 @@ import numpy as np  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 MAX_POINTS = 1200
-DPI = 100
+# drawn at twice the pixels they are shown at, so they stay sharp on high-density screens
+SCALE = 2
+DPI = 100 * SCALE
 PHASE_COLORS = {
     "gen": "#4e79a7",
     "reward": "#f28e2b",
@@ -58,6 +60,11 @@ class Chart:
     name: str
     alt: str
     png: bytes
+
+    @property
+    def width(self) -> int:
+        """The width to show it at, in CSS pixels (half its drawn pixels: see SCALE)."""
+        return int.from_bytes(self.png[16:20], "big") // SCALE
 
     @property
     def data_uri(self) -> str:
