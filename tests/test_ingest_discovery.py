@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import time
 
@@ -24,6 +25,7 @@ def test_run_ids():
     assert run_id_for("2024-01-05.log") == "run_2024-01-05"
     assert run_id_for("_x") == "run__x"
     assert run_id_for("SOURCES.md") == "SOURCES.md"
+    assert run_id_for("GRPO.log") == "GRPO"
 
 
 def test_forms_and_collisions(tmp_path):
@@ -31,6 +33,7 @@ def test_forms_and_collisions(tmp_path):
     _touch(tmp_path / "dirrun" / "train.log", age_s=old)
     _touch(tmp_path / "solo.log", age_s=old)
     _touch(tmp_path / "packed.tar.gz", age_s=old)
+    _touch(tmp_path / "short.tgz", age_s=old)
     _touch(tmp_path / "z.zip", age_s=old)
     _touch(tmp_path / "single.gz", age_s=old)
     _touch(tmp_path / "twin.log", age_s=old)
@@ -38,9 +41,8 @@ def test_forms_and_collisions(tmp_path):
     _touch(tmp_path / ".hidden", age_s=old)
     found = discover_runs(tmp_path)
     forms = {e.run_id: e.form for e in found.entries}
-    assert forms == {"dirrun": "dir", "solo": "log", "packed": "tar.gz", "z": "zip", "single": "gz"}
-    assert len(found.errors) == 1
-    assert "twin.log" in found.errors[0] and "twin.tar.gz" in found.errors[0]
+    assert forms == {"dirrun": "dir", "solo": "log", "packed": "tar.gz", "short": "tar.gz", "z": "zip", "single": "gz"}
+    assert found.errors == ["run_id 'twin' is given by 2 entries (twin.log, twin.tar.gz): none ingested"]
     assert all(e.finished for e in found.entries)
 
 
@@ -59,6 +61,7 @@ def test_unfinished_and_end_markers(tmp_path):
     _touch(tmp_path / "sib.log.done", "")
     found = discover_runs(tmp_path, quiet_period_s=600)
     by = {e.run_id: e for e in found.entries}
+    assert sorted(by) == ["crashed", "done", "flagged", "fresh", "hydra", "sib"]
     assert not by["fresh"].finished and by["fresh"].end_marker is None
     assert by["done"].finished and by["done"].end_marker == "Final validation metrics"
     assert by["crashed"].finished and by["crashed"].end_marker == "final traceback"
@@ -75,15 +78,16 @@ def test_files_about_the_runs_are_not_runs(tmp_path):
     old = 3600
     _touch(tmp_path / "grpo-a" / "train.log", "step:1 - a:1\n", age_s=old)
     _touch(tmp_path / "ppo-b.log", "step:1 - a:1\n", age_s=old)
-    for name in ("README", "SOURCES.md", "notes.rst", "LABELS.jsonl", "labels.json", "SHA256SUMS",
+    _touch(tmp_path / "notes" / "train.log", "step:1 - a:1\n", age_s=old)  # a run folder, whatever its name
+    for name in ("README", "SOURCES.md", "notes.rst", "LABELS.jsonl", "labels.v2.json", "SHA256SUMS",
                  "ppo-b.log.sha256", "checksums.txt"):
         _touch(tmp_path / name, "about the runs\n", age_s=old)
     found = discover_runs(tmp_path)
-    assert sorted(e.run_id for e in found.entries) == ["grpo-a", "ppo-b"]
+    assert sorted(e.run_id for e in found.entries) == ["grpo-a", "notes", "ppo-b"]
     assert found.skipped == {
         "README": "not a run (documentation)", "SOURCES.md": "not a run (documentation)",
         "notes.rst": "not a run (documentation)", "LABELS.jsonl": "not a run (labels)",
-        "labels.json": "not a run (labels)", "SHA256SUMS": "not a run (checksums)",
+        "labels.v2.json": "not a run (labels)", "SHA256SUMS": "not a run (checksums)",
         "ppo-b.log.sha256": "not a run (checksums)", "checksums.txt": "not a run (checksums)",
     }
     assert found.errors == []
@@ -94,3 +98,36 @@ def test_the_shared_real_logs_folder_holds_one_run_per_log(real_logs_dir):
     found = discover_runs(real_logs_dir, quiet_period_s=0)
     assert sorted(e.path.name for e in found.entries) == sorted(p.name for p in real_logs_dir.glob("*.log"))
     assert set(found.skipped) == {"SOURCES.md", "LABELS.jsonl"}
+
+
+def test_a_folder_run_sums_its_files_and_is_as_new_as_its_newest(tmp_path):
+    """A folder's size is the sum of its files and its mtime the newest file's; a dangling link is no entry."""
+    (tmp_path / "a-dangling").symlink_to(tmp_path / "gone")
+    for name, text, age in (("train.log", "x" * 100, 7200), ("ray/worker.err", "y" * 23, 5000)):
+        _touch(tmp_path / "run" / name, text, age_s=age)
+    newest = (tmp_path / "run" / "ray" / "worker.err").stat().st_mtime
+    [entry] = discover_runs(tmp_path, quiet_period_s=600, now=newest + 600).entries
+    assert (entry.run_id, entry.size, entry.mtime, entry.finished) == ("run", 123, newest, True)
+    assert not discover_runs(tmp_path, now=newest + 599).entries[0].finished
+
+
+def test_end_markers_in_a_gz_tail_and_in_a_folders_largest_logs(tmp_path):
+    """A .gz log is read to its tail; a folder's three largest logs are searched, never its .jsonl."""
+    crash = b'step:3 - a:1\nTraceback (most recent call last):\n  File "x", line 1\nValueError: boom\n'
+    (tmp_path / "crashed.log.gz").write_bytes(gzip.compress(b"step:1 - a:1\n" * 100 + crash))
+    _touch(tmp_path / "done" / "driver.log", "step:1 - a:1\n" * 50 + "Final validation metrics: {}\n")
+    for i in range(1, 5):  # smaller logs whose names sort after driver.log
+        _touch(tmp_path / "done" / f"worker-{i}.err", "warn\n")
+    _touch(tmp_path / "live" / "driver.log", "step:1 - a:1\n")
+    _touch(tmp_path / "live" / "metrics.jsonl", '{"Final validation metrics": 1}\n' * 50)
+    by = {e.run_id: e for e in discover_runs(tmp_path, quiet_period_s=600).entries}
+    assert (by["crashed"].form, by["crashed"].end_marker) == ("gz", "final traceback")
+    assert by["done"].end_marker == "Final validation metrics"
+    assert (by["live"].end_marker, by["live"].finished) == (None, False)
+
+
+def test_an_archive_root_that_cannot_be_listed_is_an_error(tmp_path):
+    """A missing root gives no entries and one error naming it."""
+    found = discover_runs(tmp_path / "missing")
+    assert found.entries == [] and len(found.errors) == 1
+    assert found.errors[0].startswith(f"cannot list archive root {tmp_path / 'missing'}: ")

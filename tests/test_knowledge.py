@@ -79,5 +79,5 @@ def test_an_unknown_class_gets_no_advice():
     """A class the knowledge base does not know gets an empty entry, not another class's."""
     assert advice_for("failure_class", "no_such_class") == {"summary": "", "causes": [], "changes": [], "source": []}
     assert not advice_entry("failure", "no_such_class")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="kind must be one of"):
         advice_for("step_class", "kl_spike")

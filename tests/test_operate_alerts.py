@@ -43,8 +43,9 @@ def test_failed_run_is_mailed(smtp_server):
         resources={"smtp": smtp},
     ).for_run_failure()
     pipeline_failure_mail(context)
-    [(_, rcpt, _, msg)] = inbox.wait()
-    assert rcpt == ["oncall@test.local"]
+    [(sender, rcpt, _, msg)] = inbox.wait()
+    assert (sender, rcpt) == ("verl-health@test.local", ["oncall@test.local"])
+    assert (msg["From"], msg["To"]) == ("verl-health@test.local", "oncall@test.local")
     assert msg["Subject"] == f"verl-health: job doomed_job failed (run {result.run_id[:8]})"
     body = msg.get_content()
     assert result.run_id in body
@@ -67,48 +68,64 @@ def test_no_mail_when_not_configured(smtp_server):
     assert inbox.mails == []
 
 
-def _warehouse_with_three_runs(warehouse):
-    summary = {"failure_class": ["completed"], "last_step": [100], "expected_steps": [100],
-               "root_cause_text": pa.array([None], pa.string())}
-    lake.write_run_table(warehouse, "run_summary", "healthy-run", pa.table(summary))
-    lake.write_run_table(warehouse, "run_summary", "oom-run", pa.table(
-        {**summary, "failure_class": ["cuda_oom"], "last_step": [42],
-         "root_cause_text": ["torch.OutOfMemoryError: CUDA out of memory."]}))
-    lake.write_run_table(warehouse, "run_summary", "nccl-run", pa.table(
-        {**summary, "failure_class": ["nccl_timeout"], "last_step": [7],
-         "root_cause_text": ["Watchdog caught collective operation timeout"]}))
-    for rid, flags in (("healthy-run", [False, False]), ("oom-run", [False, True]), ("nccl-run", [False, False])):
-        lake.write_run_table(warehouse, "step_anomalies", rid, pa.table(
-            {"step": [1, 2], "is_anomaly": flags, "anomaly_class": [None, "memory_pressure" if flags[1] else None]}))
+LONG_CAUSE = "torch.OutOfMemoryError: CUDA out of memory. " + "x" * 400
 
 
-RUN_IDS = ("healthy-run", "oom-run", "nccl-run")
+def _summary(failure_class="completed", last_step=100, cause=None) -> pa.Table:
+    return pa.table({"failure_class": [failure_class], "last_step": [last_step], "expected_steps": [100],
+                     "root_cause_text": pa.array([cause], pa.string())})
+
+
+def _anomalies(*classes) -> pa.Table:
+    """Step 1 normal, then one flagged step per class given."""
+    return pa.table({"step": list(range(1, len(classes) + 2)), "is_anomaly": [False] + [True] * len(classes),
+                     "anomaly_class": pa.array([None, *classes], pa.string())})
+
+
+def _warehouse(warehouse):
+    """Five runs: healthy, an OOM with two anomalies and a long cause, an NCCL timeout, a crash with its own
+    run_advice rows, and a completed run with one anomaly (and a line its summary kept)."""
+    runs = {
+        "healthy-run": (_summary(), _anomalies()),
+        "oom-run": (_summary("cuda_oom", 42, LONG_CAUSE), _anomalies("memory_pressure", "gen_slowdown")),
+        "nccl-run": (_summary("nccl_timeout", 7, "Watchdog caught collective operation timeout"), _anomalies()),
+        "advised-run": (_summary("python_exception", 3, "KeyError: 'old_log_probs'"), _anomalies()),
+        "spiky-run": (_summary(cause="a warning kept as the last error"), _anomalies("kl_spike")),
+    }
+    for rid, (summary, anomalies) in runs.items():
+        lake.write_run_table(warehouse, "run_summary", rid, summary)
+        lake.write_run_table(warehouse, "step_anomalies", rid, anomalies)
+    lake.write_run_table(warehouse, "run_advice", "advised-run", pa.table({
+        "rank": [2, 1, 3, 4], "setting": ["data.max_prompt_length", "trainer.resume_mode", "a.b", "c.d"],
+        "current_value": pa.array([None, "auto", "1", "2"], pa.string()),
+        "suggested_value": ["1024", "disable", "2", "3"], "why": ["w2", "w1", "w3", "w4"]}))
+    return list(runs)
+
+
+RUN_IDS = ("healthy-run", "oom-run", "nccl-run", "advised-run", "spiky-run")
 
 
 @op
-def summarise_three_runs(context):
+def summarise_the_runs(context):
     for rid in RUN_IDS:
         context.log_event(AssetMaterialization(asset_key="run_summary", partition=rid))
 
 
 @job
 def summarising_job():
-    summarise_three_runs()
+    summarise_the_runs()
 
 
 def test_runs_needing_attention_are_mailed(smtp_server, tmp_path):
-    """Each failed run is mailed with its own class's advice; the healthy run is left out."""
+    """Each failed run is mailed with its cause (cut at 300 characters) and its own advice: its run_advice
+    rows by rank, else its class's; anomalous runs with their classes; the healthy run is left out."""
     port, inbox = smtp_server
-    _warehouse_with_three_runs(tmp_path / "w")
-    attention = runs_needing_attention(tmp_path / "w", list(RUN_IDS))
-    assert [(r["run_id"], r["failure_class"], r["anomalous_steps"]) for r in attention] == [
-        ("nccl-run", "nccl_timeout", 0), ("oom-run", "cuda_oom", 1)]
-
+    _warehouse(tmp_path / "w")
     instance = DagsterInstance.ephemeral()
     result = summarising_job.execute_in_process(instance=instance)
     smtp = SmtpResource(host="127.0.0.1", port=port, security="none",
-                        sender="verl-health@test.local", recipients=["ml@test.local"], timeout_s=5,
-                        reports_url="https://health.test.local/reports/")
+                        sender="verl-health@test.local", recipients=["ml@test.local", "oncall@test.local"],
+                        timeout_s=5, reports_url="https://health.test.local/reports/")
     context = build_run_status_sensor_context(
         sensor_name="run_attention_mail",
         dagster_instance=instance,
@@ -117,16 +134,40 @@ def test_runs_needing_attention_are_mailed(smtp_server, tmp_path):
         resources={"smtp": smtp, "warehouse": WarehouseResource(path=str(tmp_path / "w"))},
     )
     run_attention_mail(context)
-    [(_, _, _, msg)] = inbox.wait()
-    assert msg["Subject"] == "verl-health: 2 finished run(s) need attention (2 failed)"
+    [(sender, rcpts, _, msg)] = inbox.wait()
+    assert (sender, rcpts) == ("verl-health@test.local", ["ml@test.local", "oncall@test.local"])
+    assert (msg["From"], msg["To"]) == ("verl-health@test.local", "ml@test.local, oncall@test.local")
+    assert msg["Subject"] == "verl-health: 4 finished run(s) need attention (3 failed)"
     body = msg.get_content().replace("\r\n", "\n")
     paragraphs = {p.split(":", 1)[0]: p.splitlines() for p in body.strip().split("\n\n")}
-    assert set(paragraphs) == {"oom-run", "nccl-run"}
-    assert paragraphs["oom-run"] == [
-        "oom-run: cuda_oom at step 42 of 100",
-        "  root cause: torch.OutOfMemoryError: CUDA out of memory.",
-        f"  advice: {OOM_ADVICE}",
-        "  1 anomalous steps: memory_pressure",
-        "  report: https://health.test.local/reports/runs/oom-run.html",
-    ]
-    assert f"  advice: {NCCL_ADVICE}" in paragraphs["nccl-run"]
+    report = "  report: https://health.test.local/reports/runs/{}.html".format
+    assert paragraphs == {
+        "advised-run": ["advised-run: python_exception at step 3 of 100",
+                        "  root cause: KeyError: 'old_log_probs'",
+                        "  try: trainer.resume_mode: auto -> disable (w1)",
+                        "  try: data.max_prompt_length: not in the log -> 1024 (w2)",
+                        "  try: a.b: 1 -> 2 (w3)",
+                        report("advised-run")],
+        "nccl-run": ["nccl-run: nccl_timeout at step 7 of 100",
+                     "  root cause: Watchdog caught collective operation timeout",
+                     f"  advice: {NCCL_ADVICE}",
+                     report("nccl-run")],
+        "oom-run": ["oom-run: cuda_oom at step 42 of 100",
+                    f"  root cause: {LONG_CAUSE[:300]}",
+                    f"  advice: {OOM_ADVICE}",
+                    "  2 anomalous steps: gen_slowdown, memory_pressure",
+                    report("oom-run")],
+        "spiky-run": ["spiky-run: completed at step 100 of 100",
+                      "  1 anomalous steps: kl_spike",
+                      report("spiky-run")],
+    }
+
+
+def test_runs_needing_attention_without_anomalies_or_advice_tables(tmp_path):
+    """A warehouse with run_summary alone still names the failed runs, with no anomalies and no advice."""
+    lake.write_run_table(tmp_path, "run_summary", "oom-run", _summary("cuda_oom", 42, "CUDA out of memory"))
+    lake.write_run_table(tmp_path, "run_summary", "healthy-run", _summary())
+    assert runs_needing_attention(tmp_path, ["oom-run", "healthy-run"]) == [{
+        "run_id": "oom-run", "failure_class": "cuda_oom", "last_step": 42, "expected_steps": 100,
+        "root_cause_text": "CUDA out of memory", "anomalous_steps": 0, "anomaly_classes": [], "advice": []}]
+    assert runs_needing_attention(tmp_path, []) == []

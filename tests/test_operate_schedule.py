@@ -58,6 +58,7 @@ def test_refit_threshold():
     assert "anomaly_model" in nightly_selection(None, 7)
     assert "anomaly_model" in nightly_selection(7.0, 7)
     assert "anomaly_model" not in nightly_selection(6.9, 7)
+    assert "anomaly_model" in nightly_selection(3.0, 2)
 
 
 def test_fleet_report_is_dated_by_the_schedule_tick(tmp_path):
