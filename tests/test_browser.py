@@ -174,3 +174,28 @@ def test_charts_hold_twice_the_pixels_they_are_drawn_at(driver, reports):
     assert sizes
     for natural, shown in sizes:
         assert natural >= 1.9 * shown, (natural, shown)
+
+
+def test_runs_table_sorts_and_filters_in_the_browser(driver, reports):
+    """Typing in the filter keeps the matching runs; clicking 'step' sorts by the number of steps."""
+    from selenium.webdriver.common.by import By
+
+    driver.get((reports / "fleet" / "latest.html").resolve().as_uri())
+    driver.execute_script("document.querySelector('#all-runs details, details').open = true")
+    table = driver.find_element(By.ID, "all-runs-table")
+    every = len(table.find_elements(By.CSS_SELECTOR, "tbody tr"))
+    driver.find_element(By.ID, "run-filter").send_keys("cuda")
+    shown = [r.get_attribute("data-run-id") for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+             if r.is_displayed()]
+    assert shown == ["run-cuda-oom"] and every > 5
+    driver.find_element(By.ID, "run-filter").clear()
+    driver.execute_script("document.getElementById('run-filter').dispatchEvent(new Event('input'))")
+    header = [th for th in table.find_elements(By.CSS_SELECTOR, "thead th") if th.text == "step"][0]
+    header.click()
+    steps = [int(r.find_elements(By.TAG_NAME, "td")[2].text.split("/")[0].replace(",", ""))
+             for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+    assert steps == sorted(steps)
+    header.click()
+    steps = [int(r.find_elements(By.TAG_NAME, "td")[2].text.split("/")[0].replace(",", ""))
+             for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+    assert steps == sorted(steps, reverse=True)

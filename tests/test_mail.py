@@ -244,3 +244,22 @@ def test_smtp_settings_from_the_environment(starttls_server, certificate, fleet_
     [(mail_from, rcpts, raw, _)] = inbox.mails
     assert (mail_from, rcpts) == ("nightly@example.org", ["a@example.org", "b@example.org"])
     assert inbox.logins and PASSWORD.encode() not in raw
+
+
+def test_mailed_fleet_report_carries_no_script(tmp_path):
+    """The browser copy of the fleet report sorts and filters with a small script; the mail drops it."""
+    from datetime import date
+
+    from report_fixtures import build_warehouse, every_class_specs
+
+    from pipeline.report import render_fleet_report
+    from pipeline.report.mail import build_fleet_mail
+
+    warehouse = build_warehouse(tmp_path / "wh", every_class_specs())
+    path = render_fleet_report(warehouse, tmp_path / "rep", date(2026, 11, 28))
+    assert "<script" in path.read_text()
+    msg = build_fleet_mail(path, sender="a@test.local", recipients=["b@test.local"], subject="fleet")
+    for part in msg.walk():
+        if part.get_content_type() == "text/html":
+            assert "<script" not in part.get_content() and 'id="run-filter"' not in part.get_content()
+    assert "run-filter" not in msg.get_body(("plain",)).get_content()

@@ -18,6 +18,8 @@ from urllib.parse import urljoin
 log = logging.getLogger(__name__)
 
 DATA_URI_RE = re.compile(r'src="data:image/(png|jpeg|gif);base64,([A-Za-z0-9+/=\s]+)"')
+# the browser-only parts of a report (the runs table's filter box and script): a mail stays static
+INTERACTIVE_RE = re.compile(r'<(script|p) class="interactive">.*?</\1>', re.S)
 HREF_RE = re.compile(r'href="((?:\.\./|\./)?[A-Za-z0-9._/-]+\.html(?:#[A-Za-z0-9_-]*)?)"')
 BLOCK_TAGS = {"p", "div", "section", "header", "footer", "h1", "h2", "h3", "h4", "li", "tr", "table",
               "figure", "figcaption", "pre", "nav", "details", "summary", "br", "ul"}
@@ -100,7 +102,8 @@ def build_fleet_mail(
     against it so they work from a mail client.
     """
     report_path = Path(report_path)
-    html = report_path.read_text(encoding="utf-8")
+    page = report_path.read_text(encoding="utf-8")
+    html = INTERACTIVE_RE.sub("", page)
     images: list[tuple[str, str, bytes]] = []
 
     def to_cid(match: re.Match) -> str:
@@ -126,7 +129,8 @@ def build_fleet_mail(
         html_part.add_related(data, maintype="image", subtype=subtype, cid=cid, filename=f"chart-{i + 1}.{subtype}",
                               disposition="inline")
     # Bytes, so the attached report arrives byte-identical (base64) rather than re-wrapped as text.
-    msg.add_attachment(html.encode("utf-8"), maintype="text", subtype="html", filename=report_path.name)
+    # the attachment is the browser copy, filter and sorting included
+    msg.add_attachment(page.encode("utf-8"), maintype="text", subtype="html", filename=report_path.name)
     return msg
 
 
