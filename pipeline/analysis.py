@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import os
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,21 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 # Dagster's run tags that select a range of partitions (plain strings, as its docs give them)
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+@dataclass
+class RunSelection:
+    """Which runs of an archive to analyse: run ids matching a glob, last active within dates (inclusive)."""
+
+    include: str | None = None
+    since: dt.date | None = None
+    until: dt.date | None = None
+
+    def keeps(self, entry) -> bool:
+        """Whether the archive entry is selected (its last activity is its modification time)."""
+        day = dt.datetime.fromtimestamp(entry.mtime).date()
+        return ((self.include is None or fnmatch.fnmatchcase(entry.run_id, self.include))
+                and (self.since is None or day >= self.since) and (self.until is None or day <= self.until))
+
 
 @dataclass
 class ArchiveOutcome:
@@ -81,6 +97,7 @@ def analyze_archive(
     refit: bool = False,
     day: dt.date | None = None,
     include: set[str] | None = None,
+    select: RunSelection | None = None,
 ) -> ArchiveOutcome:
     """Materialise every asset in-process for every finished run in `archive`.
 
@@ -89,8 +106,9 @@ def analyze_archive(
     stored anomaly model; it is fitted on the fleet when there is none, when it is older than
     VERL_HEALTH_REFIT_DAYS (as the nightly schedule does), or with `refit`. The fleet report is for
     `day` (default: today when the analysis starts, so a run that crosses midnight finds its report).
-    With `include`, only those run_ids are analysed (`analyze --run`, `run_health_job`): the same
-    asset jobs, checks, "already done" rule and refit rule as for a whole archive.
+    With `include`, only those run_ids are analysed (`analyze --run`, `run_health_job`), with `select`
+    only the runs it keeps (`--include GLOB`, `--since`, `--until`): the same asset jobs, checks,
+    "already done" rule and refit rule as for a whole archive.
     """
     from pipeline.assets.report import DAY_TAG
     from pipeline.definitions import build_definitions
@@ -100,13 +118,14 @@ def analyze_archive(
     defs = build_definitions(archive, warehouse, reports, quiet_period_s=quiet_period_s)
     archive_res = defs.resources["archive"]
     found = archive_res.discover()
-    finished = [e for e in found.entries if e.finished and (include is None or e.run_id in include)]
+    wanted = [e for e in found.entries if (include is None or e.run_id in include)
+              and (select is None or select.keeps(e))]
+    finished = [e for e in wanted if e.finished]
     if force:
         run_ids, unchanged = sorted(e.run_id for e in finished), []
     else:
         run_ids, unchanged = split_changed(finished, warehouse, reports)
-    skipped = {**found.skipped, **{e.run_id: "not finished yet" for e in found.entries
-                                   if not e.finished and (include is None or e.run_id in include)}}
+    skipped = {**found.skipped, **{e.run_id: "not finished yet" for e in wanted if not e.finished}}
     instance = instance or DagsterInstance.ephemeral()
     from pipeline.partitions import RUN_PARTITIONS_NAME
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 from pathlib import Path
 
@@ -34,7 +35,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.archive is None:
         print("error: name the archive to analyse (or one run with --run)", file=sys.stderr)
         return 2
-    options = {"mail": args.mail, "force": args.force, "refit": args.refit}
+    from pipeline.analysis import RunSelection
+
+    options = {"mail": args.mail, "force": args.force, "refit": args.refit,
+               "select": RunSelection(args.include, args.since, args.until)}
     if objectstore.is_url(args.archive) or objectstore.is_url(args.warehouse):
         outcome, published = objectstore.analyze_with_object_store(
             args.archive, args.warehouse, Path(args.reports), quiet_period_s=args.quiet_period, **options)
@@ -117,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--force", action="store_true", help="re-analyse runs that have not changed since the last time")
     ana.add_argument("--refit", action="store_true",
                      help="refit the anomaly model on the fleet even when the stored one is fresh")
+    ana.add_argument("--include", metavar="GLOB", help="only the runs whose run_id matches (e.g. 'grpo-qwen7b-*')")
+    ana.add_argument("--since", type=dt.date.fromisoformat, metavar="YYYY-MM-DD",
+                     help="only runs last active on or after this day (their archive entry's modification time)")
+    ana.add_argument("--until", type=dt.date.fromisoformat, metavar="YYYY-MM-DD",
+                     help="only runs last active on or before this day")
     ana.set_defaults(func=cmd_analyze)
 
     demo = sub.add_parser("demo", help="simulate a small fleet and analyse it")

@@ -97,3 +97,26 @@ def test_cli_runs_are_recorded_in_the_dagster_instance(tmp_path, monkeypatch, ca
         for asset in per_run:
             done = instance.get_materialized_partitions(AssetKey(asset))
             assert done == set(labels["runs"]), (asset, done)
+
+
+def test_analyze_selects_runs_by_id_glob_and_by_last_activity(tmp_path, monkeypatch, capsys):
+    """`--include` keeps the run ids matching a glob; `--since`/`--until` the runs last active in those days."""
+    import datetime as dt
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    labels = simulate_fleet(Path("sim"), runs=3, seed=8)
+    (a, la), (b, lb), (c, lc) = sorted(labels["runs"].items())
+    for entry, day in ((la["entry"], dt.datetime(2026, 1, 10)), (lb["entry"], dt.datetime(2026, 2, 10)),
+                       (lc["entry"], dt.datetime(2026, 3, 10))):
+        path = tmp_path / "sim" / "archive" / entry
+        for p in [path, *path.rglob("*")]:
+            os.utime(p, (day.timestamp(), day.timestamp()))
+    assert main(["analyze", "sim/archive", "--warehouse", "w1", "--reports", "r1", "--include", b]) == 0
+    assert sorted(p.stem for p in (tmp_path / "r1" / "runs").glob("*.html")) == [b]
+    assert main(["analyze", "sim/archive", "--warehouse", "w2", "--reports", "r2",
+                 "--since", "2026-02-01", "--until", "2026-02-28"]) == 0
+    assert sorted(p.stem for p in (tmp_path / "r2" / "runs").glob("*.html")) == [b]
+    assert main(["analyze", "sim/archive", "--warehouse", "w3", "--reports", "r3", "--since", "2026-02-01"]) == 0
+    assert sorted(p.stem for p in (tmp_path / "r3" / "runs").glob("*.html")) == [b, c]
+    capsys.readouterr()
