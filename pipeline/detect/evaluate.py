@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 from sklearn.ensemble import IsolationForest
 
 from pipeline.detect.features import build_features
@@ -64,8 +65,18 @@ def trace_metrics(tr) -> pd.DataFrame:
         parts.append(pd.DataFrame({"step": steps[on], "key": key, "value": tr.values[key][pos][on],
                                    "segment": tr.segment[pos][on]}))
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["step", "key", "value", "segment"])
-    frame.insert(0, "run_id", tr.spec.run_id)
+    frame["key"] = pd.Categorical(frame["key"])
+    frame.insert(0, "run_id", pd.Categorical([tr.spec.run_id] * len(frame)))
     return frame
+
+
+def _concat_metrics(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate trace_metrics frames, keeping run_id and key categorical (a million steps of
+    strings would not fit in memory)."""
+    frames = [f for f in frames if len(f)] or frames[:1]
+    out = {c: union_categoricals([f[c] for f in frames]) for c in ("run_id", "key")}
+    out |= {c: np.concatenate([f[c].to_numpy() for f in frames]) for c in ("step", "value", "segment")}
+    return pd.DataFrame(out)[["run_id", "step", "key", "value", "segment"]]
 
 
 def trace_frames(traces) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
@@ -127,8 +138,7 @@ def simulated_fleet(seed: int, runs: int, steps_scale: float = 1.0, kinds: tuple
         add_unnamed_episodes(specs, seed, kinds, share=1.0)
     traces = [generate_run(spec) for spec in specs]
     phases, health, labels = trace_frames(traces)
-    metrics = pd.concat([trace_metrics(tr) for tr in traces], ignore_index=True)
-    return phases, health, metrics, labels
+    return phases, health, _concat_metrics([trace_metrics(tr) for tr in traces]), labels
 
 
 # The plain forest flags this share of the training steps (the detector's former setting): it has no

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.detect.levels import HALF_WINDOW, MIN_PERIODS, centred_mean3, group_bounds, local_level
-from pipeline.detect.signals import signal_features, signal_z
+from pipeline.detect.signals import signal_summary
 
 # Channels that are positive and multiplicative by nature: compared in log space, so the
 # residual is a log-ratio and `<name>_ratio` is "x times the run's baseline".
@@ -270,12 +270,17 @@ def build_features(
     and the `sig_*` summary of every logged signal (`signals.signal_features`) when `metrics`
     (step_metrics rows of the same runs) is given.
     """
-    return features_of(merge_steps(phases, health), fleet_baseline, None if metrics is None else signal_z(metrics))
+    df = merge_steps(phases, health)
+    out = features_of(df, fleet_baseline)
+    if metrics is None:
+        return out
+    return pd.concat([out, signal_summary(metrics, out[["run_id", "step"]])], axis=1)
 
 
 def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None,
                 signals: pd.DataFrame | None = None) -> pd.DataFrame:
-    """build_features on an already merged frame (`merge_steps`), same index; `signals` is `signal_z`'s output."""
+    """build_features on an already merged frame (`merge_steps`), same index, without the signals'
+    summary unless `signals` (its `signal_summary`, same index) is given."""
     runs = df["run_id"]
     values, typicals = _transform(df)
 
@@ -339,7 +344,7 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None,
     for c in ("step_time", "throughput"):
         out.loc[periodic, [f"z_{c}", f"zs_{c}"]] = 0.0
     if signals is not None:
-        out = pd.concat([out, signal_features(signals, out[["run_id", "step"]])], axis=1)
+        out = pd.concat([out, signals], axis=1)
     if fleet_baseline is not None:
         for c in PHASE_TIMES + ("step_time",):
             if c in fleet_baseline.columns and c in df:

@@ -71,19 +71,38 @@ def local_level(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.nd
     return level, trailing
 
 
+def _prefix_sum(a: np.ndarray) -> np.ndarray:
+    """Cumulative sum with a leading 0."""
+    out = np.empty(len(a) + 1, dtype=np.result_type(a, np.int64) if a.dtype == bool else a.dtype)
+    out[0] = 0
+    np.cumsum(a, out=out[1:])
+    return out
+
+
 class LineSums:
     """Cumulative sums of the clean rows of grouped series, from which `local_line` reads windowed
     lines: computed once per clean mask, read for several windows."""
 
     def __init__(self, values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray):
         self.x = (np.arange(len(values)) - g0).astype(float)  # position in the group: small numbers keep sums exact
-        cc = np.r_[0, np.cumsum(clean)]
+        cc = _prefix_sum(clean)
         keep = np.flatnonzero(clean)
         xc, yc = self.x[keep], values[keep]
-        self.sums = [np.r_[0.0, np.cumsum(a)] for a in (xc, xc * xc, yc, xc * yc)]
+        self.sums = [_prefix_sum(a) for a in (xc, xc * xc, yc, xc * yc)]
         # clean rows before each row, up to and including it, and its group's first and last as ordinals
         self.before, self.upto = cc[:-1], cc[1:]
         self.first, self.end = cc[g0], cc[g1]
+
+
+def _window(arr: np.ndarray, parts) -> np.ndarray:
+    """Sum of `arr`'s increments over the index ranges `parts` (pairs of start, stop arrays)."""
+    (a, b), *rest = parts
+    out = arr[b]
+    out -= arr[a]
+    for a, b in rest:
+        out += arr[b]
+        out -= arr[a]
+    return out
 
 
 def local_line(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray, gap: int = 0,
@@ -105,22 +124,32 @@ def local_line(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.nda
     # the window is [lo, inner_lo) and [inner_hi, hi) in clean-row ordinals
     parts = []
     if side != "after":
-        lo = np.maximum(inner_lo - h, s.first)
-        parts.append((lo, inner_lo))
+        parts.append((np.maximum(inner_lo - h, s.first), inner_lo))
     if side != "before":
-        hi = np.minimum(inner_hi + h, s.end)
-        parts.append((inner_hi, hi))
+        parts.append((inner_hi, np.minimum(inner_hi + h, s.end)))
     c0 = sum((b - a).astype(float) for a, b in parts)
-    c1, c2, t0, t1 = (sum(arr[b] - arr[a] for a, b in parts) for arr in s.sums)
-    x = s.x
+    c1, c2, t0, t1 = (_window(arr, parts) for arr in s.sums)
     with np.errstate(invalid="ignore", divide="ignore"):
-        xbar, ybar = c1 / c0, t0 / c0
-        sxx = c2 - c1 * xbar
-        flat = sxx <= 1e-9
-        slope = np.where(flat, 0.0, (t1 - c1 * ybar) / sxx)
-        level = np.where(c0 >= MIN_PERIODS, ybar + slope * (x - xbar), np.nan)
-        factor = np.sqrt(1 + 1 / c0 + np.where(flat, 0.0, (x - xbar) ** 2 / sxx))
-    return level, np.where(np.isnan(level), np.nan, factor)
+        # in place: these run over every metric value of the fleet
+        c1 /= c0  # xbar
+        t0 /= c0  # ybar
+        c2 -= c1 * c1 * c0  # Sxx
+        t1 -= c1 * t0 * c0  # Sxy
+        flat = c2 <= 1e-9
+        t1 /= c2  # slope
+        t1[flat] = 0.0
+        dx = s.x - c1
+        level = t0 + t1 * dx
+        dx *= dx
+        dx /= c2
+        dx[flat] = 0.0
+        dx += 1.0
+        dx += 1.0 / c0
+        factor = np.sqrt(dx)
+    few = c0 < MIN_PERIODS
+    level[few] = np.nan
+    factor[few] = np.nan
+    return level, factor
 
 
 def centred_mean3(z: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:

@@ -53,7 +53,9 @@ MIN_SERIES = 12  # a series with fewer finite values has no baseline to speak of
 Z_CLIP = 30.0
 WARMUP_STEPS = 2  # a resume segment's first steps load and compile: their timing is not judged here
 MOVED_Z = 3.0  # a key whose 3-step |z| is past this has moved beyond its noise (`sig_moved`)
-KEEP_Z = 2.0  # rows past this |z| are kept for explanations
+# step_metrics rows summed up at a time: arrays of a few MB, which the allocator reuses (past 32 MB each
+# temporary is a fresh mapping the kernel has to zero: at 15M rows that doubled the time)
+CHUNK_ROWS = 1_000_000
 
 
 def family_of(key: str) -> str | None:
@@ -323,7 +325,42 @@ def signal_features(z: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def kept_for_explanations(z: pd.DataFrame) -> pd.DataFrame:
-    """The rows worth citing: keys past KEEP_Z at their step (the rest never explains anything)."""
-    return z[np.abs(z["z"].fillna(0.0)) > KEEP_Z].reset_index(drop=True)
+def run_slices(run_ids: pd.Series, chunk_rows: int = CHUNK_ROWS) -> list[np.ndarray]:
+    """Row positions of `run_ids` in groups of whole runs of about `chunk_rows` rows."""
+    run, _ = _codes(run_ids.reset_index(drop=True))
+    order = np.argsort(run, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, run[order][1:] != run[order][:-1], True])
+    slices, first = [], 0
+    for i in range(1, len(bounds)):
+        if bounds[i] - bounds[first] >= chunk_rows or i == len(bounds) - 1:
+            slices.append(order[bounds[first]:bounds[i]])
+            first = i
+    return [s for s in slices if len(s)]
 
+
+def signal_summary(metrics: pd.DataFrame, steps: pd.DataFrame, chunk_rows: int = CHUNK_ROWS,
+                   keep_moved: bool = False):
+    """`signal_features` of `steps` from their runs' step_metrics rows, whole runs of about `chunk_rows`
+    rows at a time (a chunk's z-scores are dropped once summed up).
+
+    With `keep_moved`, also returns the `signal_z` rows of the steps where some signal moved
+    (`sig_top` past MOVED_Z): the only steps an `other` episode can peak at, which its explanation reads.
+    """
+    parts, kept = [], []
+    for rows in run_slices(metrics["run_id"], chunk_rows):
+        chunk = metrics.iloc[rows]
+        mine = steps[steps["run_id"].isin(pd.unique(chunk["run_id"]))]
+        z = signal_z(chunk)
+        features = signal_features(z, mine)
+        parts.append(features)
+        if keep_moved:
+            moved = mine[features["sig_top"].to_numpy() > MOVED_Z]
+            at = pd.MultiIndex.from_arrays([z["run_id"].astype(str), z["step"]])
+            kept.append(z[at.isin(pd.MultiIndex.from_arrays([moved["run_id"].astype(str), moved["step"]]))])
+    empty = signal_z(metrics.iloc[:0])
+    summary = pd.concat(parts) if parts else signal_features(empty, steps)
+    summary = summary.reindex(steps.index).fillna({c: 0.0 for c in summary.columns if c != "sig_family"})
+    summary = summary.fillna({"sig_family": ""})
+    if not keep_moved:
+        return summary
+    return summary, (pd.concat(kept, ignore_index=True) if kept else empty)
