@@ -40,7 +40,7 @@ def test_keys_fall_into_families_and_settings_are_ignored():
 
 def test_healthy_noise_stays_inside_its_own_scale():
     """Trends, a pre-clip gradient norm swinging several-fold, a signed loss near zero and a rounded
-    fraction: almost no |z| past 5, and no 3-step mean past 4."""
+    fraction: almost no |z| past 5, and no 3-step median past 4."""
     rng = np.random.default_rng(0)
     n = 300
     f = np.arange(n) / n
@@ -156,3 +156,16 @@ def test_signal_features_sum_up_each_step_whatever_the_keys():
     assert first["sig_energy"] == pytest.approx(np.sqrt((9**2 + 5**2 + 4**2 + 1) / 4))
     assert f.iloc[1]["sig_keys"] == 0 and f.iloc[1]["sig_family"] == ""  # only a key without a baseline
     assert f.iloc[2]["sig_top"] == 1.0 and f.iloc[2]["sig_family"] == "timing"
+
+
+def test_a_one_step_spike_does_not_read_as_sustained_a_two_step_move_does():
+    rng = np.random.default_rng(7)
+    spike = 50 * rng.lognormal(0, 0.02, 80)
+    spike[40] *= 3
+    lasting = 50 * rng.lognormal(0, 0.02, 80)
+    lasting[40:42] *= 3
+    z = signal_z(long_rows("r", {"timing_s/update_actor": spike, "timing_s/old_log_prob": lasting}))
+    one = z[z["key"] == "timing_s/update_actor"].set_index("step")
+    two = z[z["key"] == "timing_s/old_log_prob"].set_index("step")
+    assert one.loc[41, "z"] > 20 and one.loc[[40, 41, 42], "zs"].abs().max() < 3
+    assert two.loc[[41, 42], "zs"].min() > 20

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipeline.detect.levels import HALF_WINDOW, MIN_PERIODS, centred_mean3, group_bounds, local_level
+from pipeline.detect.levels import HALF_WINDOW, MIN_PERIODS, centred_median3, group_bounds, local_level
 from pipeline.detect.signals import signal_summary
 
 # Channels that are positive and multiplicative by nature: compared in log space, so the
@@ -76,6 +76,10 @@ MASK_Z = 2.5  # |z| above which a step is kept out of the next pass's baseline
 # The noise level also covers this quantile of |step-to-step change| (TAIL_Z: its value for unit
 # Gaussian noise); robust to a quarter of the changes being an episode's edges.
 TAIL_Q, TAIL_Z = 0.75, 1.1503
+# Channels spiky by nature (a pre-clip gradient norm, a loss or KL estimate from one batch) cover the
+# 90% quantile: their routine one-step spikes are their noise, not an explosion.
+SPIKY = ("grad_norm", "pg_loss", "ppo_kl")
+SPIKY_TAIL = (0.9, 1.6449)
 PASSES = 4
 
 
@@ -145,7 +149,9 @@ def _noise_scale(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
     diff = values.groupby(runs, sort=False).diff().abs()
     moved = diff.where(diff > 1e-12).groupby(runs, sort=False)
     mid = moved.transform("median") * 1.4826
-    tail = moved.quantile(TAIL_Q).reindex(runs.to_numpy()).set_axis(values.index) / TAIL_Z
+    tail = pd.concat([moved[[c for c in values.columns if (c in SPIKY) == spiky]].quantile(q).div(z)
+                      for spiky, (q, z) in ((False, (TAIL_Q, TAIL_Z)), (True, SPIKY_TAIL))], axis=1)
+    tail = tail[values.columns].reindex(runs.to_numpy()).set_axis(values.index)
     spread = np.fmax(mid, tail) / np.sqrt(2)
     floor = pd.Series({c: SCALE_FLOOR[c] for c in values.columns})
     return spread.clip(lower=floor, axis=1).fillna(floor)
@@ -263,7 +269,7 @@ def build_features(
 
     Columns: `z_<channel>` (robust z against the run's baseline, see the module docstring),
     `<channel>_ratio` (x / baseline for log channels), `base_<channel>` (the baseline in the
-    metric's units), `zs_<channel>` (3-step centred mean of z), `nonfinite`,
+    metric's units), `zs_<channel>` (3-step centred median of z), `nonfinite`,
     `mem_fraction`, `pg_loss_jump10`, `reward_mean_drop`, `ppo_kl`, `d_ppo_kl` (step-over-step change),
     `pg_clipfrac`, share deltas, `periodic` (a testing or checkpoint step), and `<phase>_vs_fleet`
     when `fleet_baseline` (index run_id, one column per phase: the config group's median) is given,
@@ -308,7 +314,7 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None,
     first = position == 0
     last = np.r_[position[1:] == 0, True]
     for c in CHANNELS:
-        out[f"zs_{c}"] = centred_mean3(out[f"z_{c}"], first, last)
+        out[f"zs_{c}"] = centred_median3(out[f"z_{c}"], first, last)
     out = pd.DataFrame(out, index=df.index)
 
     out["nonfinite"] = _nonfinite_count(df)

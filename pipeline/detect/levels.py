@@ -152,14 +152,14 @@ def local_line(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.nda
     return level, factor
 
 
-def centred_mean3(z: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Mean of each row and its neighbours in the same group, ignoring missing values; `first` and
-    `last` mark each group's first and last rows."""
-    prev = np.r_[np.nan, z[:-1]]
+def centred_median3(z: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Median of each row and its neighbours in the same group (of the ones present): a move that lasts
+    two of the three steps keeps its size, a one-step spike does not spread to its neighbours.
+    `first` and `last` mark each group's first and last rows."""
+    prev = np.concatenate([[np.nan], z[:-1]])
     prev[first] = np.nan
-    nxt = np.r_[z[1:], np.nan]
+    nxt = np.concatenate([z[1:], [np.nan]])
     nxt[last] = np.nan
-    stack = np.stack([prev, z, nxt])
-    count = np.sum(~np.isnan(stack), axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, np.nansum(stack, axis=0) / count, np.nan)
+    three = np.sort(np.stack([prev, z, nxt]), axis=0)  # the missing ones sort last
+    present = np.sum(~np.isnan(three), axis=0)
+    return np.where(present == 3, three[1], np.where(present == 2, (three[0] + three[1]) / 2, three[0]))

@@ -40,6 +40,9 @@ MODEL_FEATURES = SIGNAL_FEATURES
 Z_CLIP = 30.0
 MIN_FIT_STEPS = 32  # fewer judged steps than this: no forest (the rules decide alone)
 FIT_SAMPLE = 200_000  # ordinary steps the forest is fitted on, at most
+# A run's opening steps are a transient for most signals: the model does not call them `other` (the
+# rules still judge them).
+OPENING_STEPS, OPENING_SHARE = 10, 0.05
 CHUNK_STEPS = 200_000  # steps read and scored at a time (their signals in smaller chunks: signals.CHUNK_ROWS)
 
 DEFAULT_THRESHOLDS = {
@@ -50,10 +53,9 @@ DEFAULT_THRESHOLDS = {
     "other_steps": 2,
     # an attribute rule flags alone when this many times past its threshold ...
     "strong": 2.0,
-    # ... or with its feature's 3-step mean past this fraction of the threshold
+    # ... or with its feature's 3-step median past this fraction of the threshold
     "sustained": 1.0,
-    # where the forest judges a step, an attribute rule's feature's 3-step mean must be past this
-    # fraction of the threshold too
+    # an attribute rule's feature's 3-step median must be past this fraction of the threshold too
     "gated_sustained": 0.75,
     # hysteresis: a flagged episode grows over neighbouring steps whose class feature is past
     # this fraction of the rule threshold
@@ -178,6 +180,16 @@ def fit_model(features: pd.DataFrame, config: AnomalyModelConfig | None = None,
     return FittedModel(forest, MODEL_FEATURES, floor, float(-forest.offset_), float(np.median(scores)), th)
 
 
+def _opening(runs: np.ndarray) -> np.ndarray:
+    """Rows in the first max(OPENING_STEPS, OPENING_SHARE of its rows) rows of their run: training's
+    opening transient (the critic warms up, the first validations precede any learning)."""
+    new = np.r_[True, runs[1:] != runs[:-1]]
+    starts = np.flatnonzero(new)
+    sizes = np.diff(np.r_[starts, len(runs)])
+    position = np.arange(len(runs)) - np.repeat(starts, sizes)
+    return position < np.repeat(np.maximum(OPENING_STEPS, OPENING_SHARE * sizes), sizes)
+
+
 def _class_matrix(hits: pd.DataFrame, strength: pd.DataFrame, rules: tuple[Rule, ...], classes: list[str]):
     """Per class, the best rule score of each step (weight tie-break + strength), 0 where none fires."""
     out = np.zeros((len(hits), len(classes)))
@@ -250,14 +262,14 @@ def _grow(runs: np.ndarray, seed: np.ndarray, loose: np.ndarray) -> np.ndarray:
 
 
 def _smoothed(features: pd.DataFrame, feature: str) -> np.ndarray | None:
-    """The 3-step centred mean of a z feature (`zs_...`), if there is one."""
+    """The 3-step centred median of a z feature (`zs_...`), if there is one."""
     name = "zs_" + feature[2:] if feature.startswith("z_") else None
     return features[name].to_numpy(dtype=float) if name in features else None
 
 
 def _strong_hits(features: pd.DataFrame, hits: pd.DataFrame, strength: pd.DataFrame, rules,
                  strong: float, sustained: float) -> np.ndarray:
-    """Attribute-rule hits `strong` x past their threshold, or whose feature's 3-step mean is past
+    """Attribute-rule hits `strong` x past their threshold, or whose feature's 3-step median is past
     `sustained` x the threshold."""
     out = np.zeros(len(features), bool)
     for r in rules:
@@ -282,12 +294,13 @@ def decide(
     """The final decision per step: is_anomaly, score, anomaly_class and the rules that fired.
 
     A "flag" rule (a literal, absolute threshold: NaN, KL, memory share, clip fraction) flags alone.
-    An "attribute" rule (a change against the run's own noise) flags alone when strong or sustained
-    (`strong`, `sustained`); a weaker hit only where the forest's gate agrees the step is unusual
-    and the change lasts (`gated_sustained`), so the gate cuts the rules' one-step blips. A step no rule fires on is flagged as class `other` when the
-    forest scores it past `other_score` on at least `other_steps` consecutive steps and some signal
-    moved past its noise. Flagged stretches then grow over neighbouring steps where the same class's
-    feature stays past `loose` x its threshold (hysteresis). A step's class is its strongest rule's;
+    An "attribute" rule (a change against the run's own noise) counts only when the change lasts (its
+    feature's 3-step median past `gated_sustained` x the threshold: a one-step blip is the tail of the
+    run's noise); it then flags alone when strong or sustained (`strong`, `sustained`), and a weaker
+    hit only where the forest's gate agrees the step is unusual, so the gate cuts rule false alarms. A step no rule fires on is flagged as class `other` when the
+    forest scores it past `other_score` on at least `other_steps` consecutive steps, some signal
+    moved past its noise, and the step is past the run's opening transient (`_opening`). Flagged stretches then grow over neighbouring steps where the same class's
+    feature's 3-step median stays past `loose` x its threshold (hysteresis). A step's class is its strongest rule's;
     consecutive flagged steps of one class form an episode. `use_model=False` leaves the forest out
     (rules alone), `use_rules=False` the rules (the forest alone, every flag `other`).
     """
@@ -307,9 +320,10 @@ def decide(
     attr_rules = [r for r in rules if r.mode == "attribute"]
     flag_hit = hits[[r.name for r in flag_rules]].to_numpy().any(axis=1) if flag_rules else np.zeros(n, bool)
     attr_hit = hits[[r.name for r in attr_rules]].to_numpy().any(axis=1) if attr_rules else np.zeros(n, bool)
-    attr_strong = _strong_hits(features, hits, strength, attr_rules, th["strong"], th["sustained"])
-    # with the gate, a hit must still last: a one-step blip at the threshold is the noise's tail
+    # a hit must last (its feature's 3-step median past a share of the threshold): a one-step blip is
+    # the tail of the run's own noise
     attr_lasting = _strong_hits(features, hits, strength, attr_rules, np.inf, th["gated_sustained"])
+    attr_strong = _strong_hits(features, hits, strength, attr_rules, th["strong"], th["sustained"]) & attr_lasting
 
     forest = model is not None and model.forest is not None and use_model
     score = model.scores(features) if forest else np.full(n, np.nan)
@@ -317,7 +331,7 @@ def decide(
     with np.errstate(invalid="ignore"):
         gate = score > model.gate if forest else np.zeros(n, bool)
         moved = features["sig_top"].to_numpy(dtype=float) > th.get("other_evidence", MOVED_Z) if "sig_top" in features else np.zeros(n, bool)
-        candidate = judged & moved & (score > th["other_score"]) & ~flag_hit & ~attr_hit
+        candidate = judged & moved & (score > th["other_score"]) & ~flag_hit & ~attr_hit & ~_opening(runs)
     other = _stretches(runs, candidate) >= th["other_steps"]
 
     seed_flag = flag_hit | attr_strong | (attr_hit & judged & gate & attr_lasting)
@@ -336,14 +350,10 @@ def decide(
         loose = np.zeros(n, bool)
         for r in zrules:
             f, op, v = r.when[0]
-            z = features[f].to_numpy(dtype=float)
             zs = _smoothed(features, f)
-            zs = z if zs is None else zs
+            zs = features[f].to_numpy(dtype=float) if zs is None else zs
             with np.errstate(invalid="ignore"):
-                if op in (">", ">="):
-                    loose |= (z > v * th["loose"]) | (zs > v * th["loose"])
-                else:
-                    loose |= (z < v * th["loose"]) | (zs < v * th["loose"])
+                loose |= OPS[op](zs, v * th["loose"])
         grown = _grow(runs, seed, loose) & ~flagged
         final_cls = np.where(grown, cls, final_cls)
         flagged |= grown

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipeline.detect.levels import LineSums, centred_mean3, group_bounds, local_line
+from pipeline.detect.levels import LineSums, centred_median3, group_bounds, local_line
 
 # family -> key prefixes, first match wins (so critic/score/ is "reward" before "critic/" matches)
 FAMILIES = (
@@ -178,7 +178,7 @@ def _enough(clean: np.ndarray, finite: np.ndarray, starts: np.ndarray, sizes: np
 
 
 def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Per (run_id, step, key): the value, its baseline, z and the 3-step mean of z.
+    """Per (run_id, step, key): the value, its baseline, z and the 3-step median of z.
 
     Columns: run_id, step, key, family, value, baseline (in the value's units), z, zs; baseline and z
     are NaN where the series is too short to have a baseline (fewer than MIN_SERIES values). A step
@@ -264,7 +264,7 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
         "step": step,
         "key": pd.Categorical.from_codes(key, categories=keys),
         "family": pd.Categorical.from_codes(pd.Index(FAMILY_NAMES).get_indexer(family)[key], categories=FAMILY_NAMES),
-        "value": value, "baseline": np.sinh(base) * typical, "z": z, "zs": centred_mean3(z, new, np.r_[new[1:], True]),
+        "value": value, "baseline": np.sinh(base) * typical, "z": z, "zs": centred_median3(z, new, np.r_[new[1:], True]),
     })
 
 
