@@ -52,7 +52,7 @@ def test_unfinished_and_end_markers(tmp_path):
         tmp_path / "done.log", "step:9 - a:1\n(TaskRunner pid=1) (\"Final validation metrics: {'x': 1}\")\n"
     )
     _touch(
-        tmp_path / "crashed.log", 'Traceback (most recent call last):\n  File "x", line 1\nValueError: boom\n'
+        tmp_path / "crashed.log", 'Traceback (most recent call last):\n  File "x", line 1\nValueError: boom\n\n\n\n'
     )
     _touch(tmp_path / "hydra.log", "Error executing job with overrides: ['a=1']\nmore\n")
     _touch(tmp_path / "flagged" / "train.log", "step:1 - a:1\n")
@@ -106,9 +106,9 @@ def test_a_folder_run_sums_its_files_and_is_as_new_as_its_newest(tmp_path):
     for name, text, age in (("train.log", "x" * 100, 7200), ("ray/worker.err", "y" * 23, 5000)):
         _touch(tmp_path / "run" / name, text, age_s=age)
     newest = (tmp_path / "run" / "ray" / "worker.err").stat().st_mtime
-    [entry] = discover_runs(tmp_path, quiet_period_s=600, now=newest + 600).entries
+    [entry] = discover_runs(tmp_path, now=newest + 600).entries  # the default quiet period: 600 s
     assert (entry.run_id, entry.size, entry.mtime, entry.finished) == ("run", 123, newest, True)
-    assert not discover_runs(tmp_path, now=newest + 599).entries[0].finished
+    assert not discover_runs(tmp_path, quiet_period_s=600, now=newest + 599).entries[0].finished
 
 
 def test_end_markers_in_a_gz_tail_and_in_a_folders_largest_logs(tmp_path):
@@ -118,11 +118,14 @@ def test_end_markers_in_a_gz_tail_and_in_a_folders_largest_logs(tmp_path):
     _touch(tmp_path / "done" / "driver.log", "step:1 - a:1\n" * 50 + "Final validation metrics: {}\n")
     for i in range(1, 5):  # smaller logs whose names sort after driver.log
         _touch(tmp_path / "done" / f"worker-{i}.err", "warn\n")
+    (tmp_path / "packed").mkdir()
+    (tmp_path / "packed" / "driver.log.gz").write_bytes(gzip.compress(b"step:1 - a:1\n" + crash))
     _touch(tmp_path / "live" / "driver.log", "step:1 - a:1\n")
     _touch(tmp_path / "live" / "metrics.jsonl", '{"Final validation metrics": 1}\n' * 50)
     by = {e.run_id: e for e in discover_runs(tmp_path, quiet_period_s=600).entries}
     assert (by["crashed"].form, by["crashed"].end_marker) == ("gz", "final traceback")
     assert by["done"].end_marker == "Final validation metrics"
+    assert by["packed"].end_marker == "final traceback"
     assert (by["live"].end_marker, by["live"].finished) == (None, False)
 
 

@@ -34,7 +34,8 @@ def test_failed_run_is_mailed(smtp_server):
     result = doomed_job.execute_in_process(instance=instance, raise_on_error=False)
     assert not result.success
     smtp = SmtpResource(host="127.0.0.1", port=port, security="none",
-                        sender="verl-health@test.local", recipients=["oncall@test.local"], timeout_s=5)
+                        sender="verl-health@test.local", recipients=["oncall@test.local", "ml@test.local"],
+                        timeout_s=5)
     context = build_run_status_sensor_context(
         sensor_name="pipeline_failure_mail",
         dagster_instance=instance,
@@ -44,8 +45,8 @@ def test_failed_run_is_mailed(smtp_server):
     ).for_run_failure()
     pipeline_failure_mail(context)
     [(sender, rcpt, _, msg)] = inbox.wait()
-    assert (sender, rcpt) == ("verl-health@test.local", ["oncall@test.local"])
-    assert (msg["From"], msg["To"]) == ("verl-health@test.local", "oncall@test.local")
+    assert (sender, rcpt) == ("verl-health@test.local", ["oncall@test.local", "ml@test.local"])
+    assert (msg["From"], msg["To"]) == ("verl-health@test.local", "oncall@test.local, ml@test.local")
     assert msg["Subject"] == f"verl-health: job doomed_job failed (run {result.run_id[:8]})"
     body = msg.get_content()
     assert result.run_id in body
