@@ -125,9 +125,13 @@ def test_other_needs_two_unusual_steps_past_the_opening_and_a_signal_that_moved(
     assert set(result.loc[result["is_anomaly"], "anomaly_class"]) == {"other"}
     still = _steps(sig_top=([25, 26], 2.0, 1.0))
     assert not decide(still, FixedScores(two))["is_anomaly"].any()
-    # the first 10 steps of a 40-step run are its opening transient: the model does not call them other
-    opening = _steps(sig_top=([3, 4, 5], 9.0, 1.0))
-    assert not decide(opening, FixedScores(np.where(opening["step"].isin([3, 4, 5]), 0.9, 0.3)))["is_anomaly"].any()
+    # a run off from its first steps is in its opening transient for its first 10 steps: not other
+    opening = _steps(sig_top=([2, 3, 4, 5], 9.0, 1.0))
+    assert not decide(opening, FixedScores(np.where(opening["step"].isin([2, 3, 4, 5]), 0.9, 0.3)))["is_anomaly"].any()
+    # a run that starts in line has no such excuse
+    early = _steps(sig_top=([5, 6], 9.0, 1.0))
+    flagged = decide(early, FixedScores(np.where(early["step"].isin([5, 6]), 0.9, 0.3)))
+    assert list(flagged.loc[flagged["is_anomaly"], "step"]) == [5, 6]
 
 
 @pytest.mark.parametrize("family, kept", [("timing", False), ("critic", True)])

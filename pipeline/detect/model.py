@@ -40,8 +40,8 @@ MODEL_FEATURES = SIGNAL_FEATURES
 Z_CLIP = 30.0
 MIN_FIT_STEPS = 32  # fewer judged steps than this: no forest (the rules decide alone)
 FIT_SAMPLE = 200_000  # ordinary steps the forest is fitted on, at most
-# A run's opening steps are a transient for most signals: the model does not call them `other` (the
-# rules still judge them).
+# The opening steps of a run that starts off are a transient: the model does not call them `other`
+# (the rules still judge them).
 OPENING_STEPS, OPENING_SHARE = 10, 0.05
 CHUNK_STEPS = 200_000  # steps read and scored at a time (their signals in smaller chunks: signals.CHUNK_ROWS)
 
@@ -180,14 +180,20 @@ def fit_model(features: pd.DataFrame, config: AnomalyModelConfig | None = None,
     return FittedModel(forest, MODEL_FEATURES, floor, float(-forest.offset_), float(np.median(scores)), th)
 
 
-def _opening(runs: np.ndarray) -> np.ndarray:
-    """Rows in the first max(OPENING_STEPS, OPENING_SHARE of its rows) rows of their run: training's
-    opening transient (the critic warms up, the first validations precede any learning)."""
+def _opening(runs: np.ndarray, moved: np.ndarray) -> np.ndarray:
+    """Rows in the opening transient of a run that starts off: its first max(OPENING_STEPS,
+    OPENING_SHARE of its rows) rows, when some signal is already past its noise (`moved`) in its first
+    three rows. Training's opening is a transient (the critic warms up, the first validations precede
+    learning) that is off from the first step and settles; a run that starts in line has no such
+    excuse for what comes next."""
     new = np.r_[True, runs[1:] != runs[:-1]]
     starts = np.flatnonzero(new)
     sizes = np.diff(np.r_[starts, len(runs)])
     position = np.arange(len(runs)) - np.repeat(starts, sizes)
-    return position < np.repeat(np.maximum(OPENING_STEPS, OPENING_SHARE * sizes), sizes)
+    starts_off = np.bincount(np.repeat(np.arange(len(starts)), sizes), weights=(moved & (position < 3)).astype(float),
+                             minlength=len(starts)) > 0
+    window = np.maximum(OPENING_STEPS, OPENING_SHARE * sizes)
+    return np.repeat(starts_off, sizes) & (position < np.repeat(window, sizes))
 
 
 def _class_matrix(hits: pd.DataFrame, strength: pd.DataFrame, rules: tuple[Rule, ...], classes: list[str]):
@@ -299,7 +305,7 @@ def decide(
     run's noise); it then flags alone when strong or sustained (`strong`, `sustained`), and a weaker
     hit only where the forest's gate agrees the step is unusual, so the gate cuts rule false alarms. A step no rule fires on is flagged as class `other` when the
     forest scores it past `other_score` on at least `other_steps` consecutive steps, some signal
-    moved past its noise, and the step is past the run's opening transient (`_opening`). Flagged stretches then grow over neighbouring steps where the same class's
+    moved past its noise, and the step is past the run's opening transient when it has one (`_opening`). Flagged stretches then grow over neighbouring steps where the same class's
     feature's 3-step median stays past `loose` x its threshold (hysteresis). A step's class is its strongest rule's;
     consecutive flagged steps of one class form an episode. `use_model=False` leaves the forest out
     (rules alone), `use_rules=False` the rules (the forest alone, every flag `other`).
@@ -331,7 +337,7 @@ def decide(
     with np.errstate(invalid="ignore"):
         gate = score > model.gate if forest else np.zeros(n, bool)
         moved = features["sig_top"].to_numpy(dtype=float) > th.get("other_evidence", MOVED_Z) if "sig_top" in features else np.zeros(n, bool)
-        candidate = judged & moved & (score > th["other_score"]) & ~flag_hit & ~attr_hit & ~_opening(runs)
+        candidate = judged & moved & (score > th["other_score"]) & ~flag_hit & ~attr_hit & ~_opening(runs, moved)
     other = _stretches(runs, candidate) >= th["other_steps"]
 
     seed_flag = flag_hit | attr_strong | (attr_hit & judged & gate & attr_lasting)
