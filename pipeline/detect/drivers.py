@@ -19,6 +19,7 @@ from pipeline.detect.signals import FAMILY_NAMES, step_summary
 
 TOP_FAMILIES = 3
 KEYS_PER_FAMILY = 2
+MIN_CONTRIBUTION = 0.01  # a family after the first is cited only when it moves the score this much
 
 
 def _describe(key: str, value: float, baseline: float, z: float) -> str:
@@ -52,7 +53,7 @@ def step_drivers(model, rows: pd.DataFrame) -> list[dict]:
     out = []
     for k in np.argsort(scores[1:] - scores[0])[:TOP_FAMILIES]:
         contribution = float(scores[0] - scores[1 + k])
-        if contribution <= 0:
+        if contribution <= 0 or (out and contribution < MIN_CONTRIBUTION):
             break
         fam_rows = rows[family == present[k]]
         top = fam_rows.iloc[np.argsort(-np.abs(np.nan_to_num(fam_rows["zs"].to_numpy(dtype=float))))[:KEYS_PER_FAMILY]]
