@@ -163,11 +163,20 @@ def analyze_archive(
         unchanged=unchanged,
     )
 
+def entry_root(entry, archive_root: str | Path) -> Path:
+    """The folder to analyse `entry` from: the archive root when the entry is in it, else its own folder."""
+    return Path(archive_root) if Path(archive_root, Path(entry.path).name).exists() else Path(entry.path).parent
+
+
 def verdict(warehouse: str | Path, run_id: str) -> str:
     """'<failure_class> at step N of M' for an analysed run, from run_summary."""
-    row = connect(warehouse).execute(
-        "select failure_class, last_step, expected_steps from run_summary where run_id = $r", {"r": run_id}
-    ).fetchone()
+    con = connect(warehouse, run_ids=[run_id])
+    try:
+        row = con.execute(
+            "select failure_class, last_step, expected_steps from run_summary where run_id = $r", {"r": run_id}
+        ).fetchone()
+    finally:
+        con.close()
     return f"{row[0]} at step {row[1]} of {row[2]}" if row else "no summary"
 
 
@@ -179,4 +188,4 @@ def persistent_instance(warehouse: str | Path) -> DagsterInstance:
     return DagsterInstance.from_config(home)
 
 
-__all__ = ["analyze_archive", "persistent_instance", "resolve_entry", "verdict"]
+__all__ = ["analyze_archive", "entry_root", "persistent_instance", "resolve_entry", "verdict"]

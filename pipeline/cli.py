@@ -60,7 +60,7 @@ def _analyze_one(args: argparse.Namespace) -> int:
     """`analyze --run`: one finished run, by path or by run_id under the archive (what a launcher calls),
     through the same asset jobs as a whole archive."""
     from pipeline import objectstore
-    from pipeline.analysis import analyze_archive, persistent_instance, resolve_entry, verdict
+    from pipeline.analysis import analyze_archive, entry_root, persistent_instance, resolve_entry, verdict
     from pipeline.definitions import archive_from_env
 
     if objectstore.is_url(args.warehouse) or args.mail:
@@ -73,8 +73,7 @@ def _analyze_one(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    root = archive.root if Path(archive.root, Path(entry.path).name).exists() else Path(entry.path).parent
-    analyze_archive(root, Path(args.warehouse), Path(args.reports), instance=persistent_instance(args.warehouse),
+    analyze_archive(entry_root(entry, archive.root), Path(args.warehouse), Path(args.reports), instance=persistent_instance(args.warehouse),
                     force=args.force, refit=args.refit, include={entry.run_id})
     print(f"{entry.run_id}: {verdict(args.warehouse, entry.run_id)}")
     print(f"run report:   {Path(args.reports) / 'runs' / f'{entry.run_id}.html'}")

@@ -5,7 +5,7 @@ from pathlib import Path
 from dagster import Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
-from pipeline.analysis import analyze_archive, resolve_entry, verdict
+from pipeline.analysis import analyze_archive, entry_root, resolve_entry, verdict
 from pipeline.resources import ArchiveResource, ReportsResource, WarehouseResource
 
 PER_RUN_ASSETS = [
@@ -44,8 +44,7 @@ def analyze_finished_run(
 ) -> str:
     """Analyse one run end to end: the per-run assets (with their checks) for its `run_id` partition."""
     entry = resolve_entry(config.run, archive.root, archive.quiet_period_s)
-    root = archive.root if Path(archive.root, Path(entry.path).name).exists() else Path(entry.path).parent
-    analyze_archive(root, warehouse.root, reports.root, instance=context.instance, include={entry.run_id})
+    analyze_archive(entry_root(entry, archive.root), warehouse.root, reports.root, instance=context.instance, include={entry.run_id})
     report = Path(reports.root) / "runs" / f"{entry.run_id}.html"
     context.log.info(f"{entry.run_id}: {verdict(warehouse.root, entry.run_id)}; report at {report}")
     return str(report)

@@ -171,22 +171,29 @@ bar as (
 ),
 run_state as (
     select
-        r.run_id,
-        -- step lines first; a run that prints none (a W&B-only logger) still moves its progress bar
-        coalesce(s.last_step, b.n, 0) as last_step,
-        -- the bar's total is verl's total_training_steps where the log prints no config
-        coalesce(r.total_training_steps, b.total) as expected_steps,
-        f.segment as final_segment,
-        (coalesce(r.total_training_steps, b.total) is not null
-         and coalesce(s.last_step, b.n, 0) >= coalesce(r.total_training_steps, b.total))
-            or (coalesce(r.total_training_steps, b.total) is null and v.run_id is not null)
-            or j.run_id is not null as reached_end
-    from run as r
-    left join final_segment as f using (run_id)
-    left join steps as s using (run_id)
-    left join bar as b using (run_id)
-    left join final_validation as v using (run_id)
-    left join job_succeeded as j using (run_id)
+        run_id,
+        last_step,
+        expected_steps,
+        final_segment,
+        (expected_steps is not null and last_step >= expected_steps)
+            or (expected_steps is null and final_validation) or job_succeeded as reached_end
+    from (
+        select
+            r.run_id,
+            -- step lines first; a run that prints none (a W&B-only logger) still moves its progress bar
+            coalesce(s.last_step, b.n, 0) as last_step,
+            -- the bar's total is verl's total_training_steps where the log prints no config
+            coalesce(r.total_training_steps, b.total) as expected_steps,
+            f.segment as final_segment,
+            v.run_id is not null as final_validation,
+            j.run_id is not null as job_succeeded
+        from run as r
+        left join final_segment as f using (run_id)
+        left join steps as s using (run_id)
+        left join bar as b using (run_id)
+        left join final_validation as v using (run_id)
+        left join job_succeeded as j using (run_id)
+    )
 ),
 progress_point as (
     -- the driver-log line where the run last made progress: its last step line, or the bar's first print

@@ -12,7 +12,7 @@ import time
 from .chatter import write_preemption
 from .console import Console, hex_id, log_ts
 from .failures import Failure
-from .tracebacks import SITE, VERL, frame
+from .tracebacks import SITE, driver_head, frame
 
 TORCHRUN = f"{SITE}/torch/distributed"
 
@@ -42,16 +42,7 @@ def keyboard(con: Console, phase: str | None) -> Failure:
 
 def _driver_wait_frames(con: Console) -> list[str]:
     """The driver's traceback while it waits in `ray.get` for the TaskRunner (no verl worker frame)."""
-    old = con.spec.runner_name == "main_task"
-    lines = ["Traceback (most recent call last):"]
-    lines += frame(f"{VERL}/trainer/main_ppo.py", 42 if not old else 25, "main", "run_ppo(config)")
-    lines += frame(f"{VERL}/trainer/main_ppo.py", 96 if not old else 33, "run_ppo",
-                   "ray.get(runner.run.remote(config))" if not old else "ray.get(main_task.remote(config))")
-    lines += frame(f"{SITE}/ray/_private/auto_init_hook.py", 21, "auto_init_wrapper", "return fn(*args, **kwargs)")
-    lines += frame(f"{SITE}/ray/_private/client_mode_hook.py", 103, "wrapper", "return func(*args, **kwargs)")
-    lines += frame(f"{SITE}/ray/_private/worker.py", 2782, "get",
-                   "values, debugger_breakpoint = worker.get_objects(object_refs, timeout=timeout)")
-    lines += frame(f"{SITE}/ray/_private/worker.py", 903, "get_objects", "] = self.core_worker.get_objects(")
+    lines = driver_head(con, 2782, 903, "] = self.core_worker.get_objects(")
     lines += ['  File "python/ray/_raylet.pyx", line 3211, in ray._raylet.CoreWorker.get_objects',
               '  File "python/ray/includes/common.pxi", line 83, in ray._raylet.check_status']
     return lines

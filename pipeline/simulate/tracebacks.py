@@ -23,8 +23,8 @@ def _task(con: Console, name: str, pid: int, cls_repr: str) -> str:
             f"repr=<{cls_repr} object at 0x7f{hex_id(con.rng, 10)}>)")
 
 
-def driver_frames(con: Console, exc: str, phase: str) -> list[str]:
-    """Frames from `main` down to the trainer call that dispatched `phase`, with the TaskRunner wrapper."""
+def driver_head(con: Console, get_line: int, objects_line: int, objects_code: str) -> list[str]:
+    """The driver's traceback from `main` into Ray's `get_objects`, where it waits for the TaskRunner."""
     old = con.spec.runner_name == "main_task"
     lines = ["Traceback (most recent call last):"]
     lines += frame(f"{VERL}/trainer/main_ppo.py", 42 if not old else 25, "main", "run_ppo(config)")
@@ -32,9 +32,16 @@ def driver_frames(con: Console, exc: str, phase: str) -> list[str]:
                    "ray.get(runner.run.remote(config))" if not old else "ray.get(main_task.remote(config))")
     lines += frame(f"{SITE}/ray/_private/auto_init_hook.py", 21, "auto_init_wrapper", "return fn(*args, **kwargs)")
     lines += frame(f"{SITE}/ray/_private/client_mode_hook.py", 103, "wrapper", "return func(*args, **kwargs)")
-    lines += frame(f"{SITE}/ray/_private/worker.py", 2822, "get",
+    lines += frame(f"{SITE}/ray/_private/worker.py", get_line, "get",
                    "values, debugger_breakpoint = worker.get_objects(object_refs, timeout=timeout)")
-    lines += frame(f"{SITE}/ray/_private/worker.py", 930, "get_objects", "raise value.as_instanceof_cause()")
+    lines += frame(f"{SITE}/ray/_private/worker.py", objects_line, "get_objects", objects_code)
+    return lines
+
+
+def driver_frames(con: Console, exc: str, phase: str) -> list[str]:
+    """Frames from `main` down to the trainer call that dispatched `phase`, with the TaskRunner wrapper."""
+    old = con.spec.runner_name == "main_task"
+    lines = driver_head(con, 2822, 930, "raise value.as_instanceof_cause()")
     if old:
         lines.append(f"ray.exceptions.RayTaskError({exc}): " + _task(con, "main_task", con.runner_pid, "main_ppo.main_task"))
         lines += frame(f"{VERL}/trainer/main_ppo.py", 198, "main_task", "trainer.fit()")
