@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import os
 import re
@@ -65,17 +67,61 @@ def _partition_lock(final_dir: Path):
         yield
 
 
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step (Linux renameat2); False where the system cannot."""
+    renameat2 = getattr(_LIBC, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
 def swap_into_place(new_dir: Path, final_dir: Path) -> None:
-    """Replace final_dir by new_dir with renames only, so readers never see a half-written run."""
+    """Replace final_dir by new_dir so readers never see a half-written run, nor a moment without one.
+
+    Where the file system can exchange two directories atomically, final_dir is never missing; a
+    reader that listed it and opens its file a moment later finds the old or the new file, whole.
+    """
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     old_dir = final_dir.with_name(f".old-{final_dir.name}-{uuid.uuid4().hex[:8]}")
     with _partition_lock(final_dir):
         had_old = final_dir.exists()
-        if had_old:
-            os.rename(final_dir, old_dir)
-        os.rename(new_dir, final_dir)
+        if had_old and _exchange(new_dir, final_dir):
+            os.rename(new_dir, old_dir)
+        else:
+            if had_old:
+                os.rename(final_dir, old_dir)
+            os.rename(new_dir, final_dir)
     if had_old:
         shutil.rmtree(old_dir, ignore_errors=True)
+
+
+def _parquet_files(folder: Path) -> list[Path]:
+    """The Parquet files of one partition folder, none if it is gone (a concurrent delete)."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(Path(e.path) for e in entries if e.name.endswith(".parquet"))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _has_partitions(folder: Path) -> bool:
+    """Whether a per-run table folder holds at least one run's Parquet file."""
+    try:
+        with os.scandir(folder) as entries:
+            runs = [Path(e.path) for e in entries if e.name.startswith("run_id=")]
+    except FileNotFoundError:
+        return False
+    return any(_parquet_files(run) for run in runs)
 
 
 def _staging_dir(warehouse: str | Path, table: str) -> Path:
@@ -179,11 +225,11 @@ def table_source(warehouse: str | Path, table: str, run_ids: Iterable[str] | Non
     if not folder.is_dir():
         return None
     if run_ids is None:
-        if not any(folder.glob("run_id=*/*.parquet")):
+        if not _has_partitions(folder):
             return None
         files = _quote(folder / "run_id=*" / "*.parquet")
     else:
-        paths = [p for rid in run_ids for p in sorted(run_partition_dir(warehouse, table, rid).glob("*.parquet"))]
+        paths = [p for rid in run_ids for p in _parquet_files(run_partition_dir(warehouse, table, rid))]
         if not paths:
             return None
         files = "[" + ", ".join(_quote(p) for p in paths) + "]"
