@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import re
 from datetime import date, datetime
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from report_fixtures import (
@@ -23,7 +21,7 @@ from report_fixtures import (
 )
 
 from pipeline import lake
-from pipeline.report import charts, data, render_fleet_report, render_run_report
+from pipeline.report import advice, render_fleet_report, render_run_report
 
 DAY = date(2026, 11, 28)
 HEADLINES = {
@@ -48,7 +46,7 @@ def built(tmp_path_factory):
     warehouse = build_warehouse(root / "warehouse", specs)
     reports = root / "reports"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(data, "_advice_lookup", lambda: None)
+        mp.setattr(advice, "_advice_lookup", lambda: None)
         pages = {s.run_id: render_run_report(warehouse, s.run_id, reports) for s in specs}
         fleet = render_fleet_report(warehouse, reports, DAY)
     return {"warehouse": warehouse, "reports": reports, "specs": {s.run_id: s for s in specs}, "pages": pages,
@@ -134,16 +132,14 @@ def test_anomaly_episodes_are_listed_with_explanation_and_advice(built):
     assert "value far above the run median" in rows[1].text()
 
 
-def test_charts_are_embedded_pngs(built):
+def test_run_charts_are_inline_svg(built):
     doc = page(built["pages"]["run-anomalous"])
-    imgs = doc.find_all("img")
-    assert {i.attrs["data-chart"] for i in imgs} == {"phases", "health"}
-    for img in imgs:
-        src = img.attrs["src"]
-        assert src.startswith("data:image/png;base64,")
-        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
-        assert img.attrs["alt"]
-    assert "2 anomaly episode(s)" in doc.find("img", data_chart="health").attrs["alt"]
+    assert not doc.find_all("img")
+    charts_ = doc.find_all("div", cls="vhc")
+    assert {c.attrs["data-chart"] for c in charts_} == {"phases", "health"}
+    for c in charts_:
+        assert c.attrs["aria-label"] and c.find_all("svg")
+    assert "2 anomaly episode(s)" in doc.find("div", data_chart="health").attrs["aria-label"]
 
 
 def test_phase_table_marks_the_bottleneck(built):
@@ -297,7 +293,7 @@ def test_advice_from_the_knowledge_base(built, tmp_path, monkeypatch):
                 "changes": [{"key": "actor.ppo_micro_batch_size_per_gpu", "to": "1", "why": "smaller activations"}],
                 "source": ["000 §3.1"]}
 
-    monkeypatch.setattr(data, "_advice_lookup", lambda: advice_for)
+    monkeypatch.setattr(advice, "_advice_lookup", lambda: advice_for)
     doc = page(render_run_report(built["warehouse"], "run-cuda-oom", tmp_path))
     box = doc.find(id_="failure-advice")
     assert box.find("p", cls="advice-summary").text() == "cuda_oom <b>ended</b> it"
@@ -323,27 +319,6 @@ def test_advice_from_the_installed_knowledge_base(built, tmp_path):
         ["actor_rollout_ref.actor.fsdp_config.param_offload", "true"],
         ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "lower"],
     ]
-
-
-def test_long_runs_downsample_curves_but_not_anomaly_marks():
-    n = 20_000
-    steps = np.arange(1, n + 1, dtype=float)
-    y = np.sin(steps / 300)
-    y[12_345] = 50.0
-    xs, ys = charts.minmax_downsample(steps, y)
-    assert len(xs) <= charts.MAX_POINTS and 50.0 in ys
-    anomalous = np.array([float(s) for s in range(100, n, 97)])
-    episodes = [(s, s + 2, "kl_spike") for s in range(500, n, 900)]
-    fig = charts.health_figure(steps, [charts.Panel("KL", [("ppo_kl", y)]), charts.Panel("Entropy", [("e", y)])],
-                               episodes, anomalous)
-    for ax in fig.axes:
-        spans = [p for p in ax.patches if p.get_facecolor()[:3] != (1, 1, 1)]
-        assert len(spans) == len(episodes)
-        ticks = [ln for ln in ax.get_lines() if ln.get_marker() == "|"]
-        assert len(ticks) == 1 and np.array_equal(ticks[0].get_xdata(), anomalous)
-        curve = [ln for ln in ax.get_lines() if ln.get_marker() != "|"][0]
-        assert len(curve.get_xdata()) <= charts.MAX_POINTS
-    charts.plt.close(fig)
 
 
 def test_write_run_fixture_matches_the_contract(tmp_path):

@@ -1,21 +1,27 @@
-"""Charts drawn at build time with matplotlib (Agg): PNG bytes the templates embed as data URIs."""
+"""Charts for the reports.
+
+A run report's charts are inline SVG written here directly: vector (sharp at any pixel density), a
+value tooltip per step column (an SVG <title>, no script), colours that follow the page's light or dark
+scheme, and no matplotlib (a run report renders in milliseconds). The fleet report's charts stay PNG
+drawn by matplotlib at twice the pixels they are shown at: that report is mailed, and the common mail
+clients (Gmail, Outlook) show no SVG, inline or as an image.
+"""
 
 from __future__ import annotations
 
 import base64
+import functools
 import io
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from html import escape
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib import ticker  # noqa: E402
+import numpy as np
+from markupsafe import Markup
 
 MAX_POINTS = 1200
-# drawn at twice the pixels they are shown at, so they stay sharp on high-density screens
+# PNG charts are drawn at twice the pixels they are shown at, so they stay sharp on high-density screens
 SCALE = 2
 DPI = 100 * SCALE
 PHASE_COLORS = {
@@ -36,35 +42,45 @@ EPISODE_COLOR = "#d62728"
 FAIL_COLOR = "#c0392b"
 OK_COLOR = "#2e7d32"
 
-plt.rcParams.update(
-    {
-        "font.family": "DejaVu Sans",
-        "font.size": 9,
-        "axes.titlesize": 10,
-        "axes.titleweight": "bold",
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "axes.grid": True,
-        "grid.color": "#e5e7eb",
-        "grid.linewidth": 0.6,
-        "axes.edgecolor": "#9ca3af",
-        "svg.fonttype": "none",
-    }
+# SVG panel geometry, in viewBox units (the panel scales to its box's width)
+W, H = 560, 236
+TOP, BOTTOM, LEFT, RIGHT = 46, 40, 58, 16
+RIGHT_AXIS = 52
+HOVER_COLUMNS = 140
+# lines within one panel whose typical sizes differ by more than this get a panel (and a scale) each
+SPLIT_RATIO = 20.0
+SERIES = 4
+# Colours as CSS variables, so dark mode re-colours the inline SVG; the style travels with each chart.
+STYLE = (
+    ".vhc{--c0:#2563eb;--c1:#ea580c;--c2:#059669;--c3:#9333ea;--ax:#6b7280;--gr:#e5e7eb;--ep:#dc2626;"
+    "--tx:#374151;--cap:#111827;display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,430px),1fr));"
+    "gap:6px 16px}"
+    "@media (prefers-color-scheme:dark){.vhc{--c0:#60a5fa;--c1:#fb923c;--c2:#34d399;--c3:#c084fc;--ax:#9ca3af;"
+    "--gr:#2b3646;--ep:#f87171;--tx:#d1d5db;--cap:#f9fafb}figure.vector{background:var(--panel,#111827)}}"
+    ".vhc svg{width:100%;height:auto;display:block;overflow:visible}"
+    ".vhc text{fill:var(--tx);font:11px system-ui,-apple-system,'Segoe UI','DejaVu Sans',sans-serif}"
+    ".vhc .t{font-weight:600;font-size:12.5px}.vhc .g{stroke:var(--gr)}.vhc .a{stroke:var(--ax)}"
+    ".vhc .l{fill:none;stroke-width:1.4;stroke-linejoin:round}.vhc .key{fill:none}"
+    + "".join(f".vhc .s{i}{{stroke:var(--c{i})}}.vhc .f{i}{{fill:var(--c{i})}}" for i in range(SERIES))
+    + ".vhc .ep{fill:var(--ep);opacity:.10}.vhc .es{fill:var(--ep)}.vhc .tk{stroke:var(--ep)}"
+    ".vhc .cap{stroke:var(--cap);stroke-dasharray:5 3}.vhc text.capt{fill:var(--cap)}"
+    ".vhc .h{fill:var(--ax);opacity:0}.vhc .h:hover{opacity:.16}"
 )
 
 
 @dataclass
 class Chart:
-    """A drawn chart: a name unique in its report, alt text and PNG bytes."""
+    """A drawn chart: a name unique in its report, alt text, and either inline SVG or PNG bytes."""
 
     name: str
     alt: str
-    png: bytes
+    png: bytes = b""
+    svg: Markup | None = None
 
     @property
     def width(self) -> int:
-        """The width to show it at, in CSS pixels (half its drawn pixels: see SCALE)."""
-        return int.from_bytes(self.png[16:20], "big") // SCALE
+        """The width to show a PNG at, in CSS pixels (half its drawn pixels: see SCALE)."""
+        return int.from_bytes(self.png[16:20], "big") // SCALE if self.png else 0
 
     @property
     def data_uri(self) -> str:
@@ -72,30 +88,52 @@ class Chart:
         return "data:image/png;base64," + base64.b64encode(self.png).decode("ascii")
 
 
-def _finish(fig, name: str, alt: str, tight: bool = True) -> Chart:
-    buf = io.BytesIO()
-    # A tight bounding box measures every label again; figures laid out by hand skip it (it is most of the cost).
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight" if tight else None, facecolor="white")
-    plt.close(fig)
-    return Chart(name=name, alt=alt, png=buf.getvalue())
+@dataclass
+class Panel:
+    """One health curve panel: a title and its (label, values) lines; `right` lines use a second axis.
+
+    A line labelled `*total_gb` is a capacity (the device's memory), drawn as a dashed level.
+    """
+
+    title: str
+    lines: list[tuple[str, np.ndarray]]
+    right: list[tuple[str, np.ndarray]] | None = None
+    log: bool = False
+    capacity: list[tuple[str, np.ndarray]] = field(default_factory=list)
 
 
 def minmax_downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """Keep each bucket's min and max so spikes survive when a long series is thinned for drawing."""
-    finite = np.isfinite(y)
-    x, y = x[finite], y[finite]
-    if len(x) <= max_points:
-        return x, y
-    buckets = max_points // 2
-    edges = np.linspace(0, len(x), buckets + 1, dtype=int)
-    keep = []
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        if hi <= lo:
-            continue
-        seg = y[lo:hi]
-        keep.extend(sorted({lo + int(np.argmin(seg)), lo + int(np.argmax(seg))}))
-    idx = np.asarray(keep)
+    idx = _minmax_index(y, max_points)
     return x[idx], y[idx]
+
+
+def _minmax_index(y: np.ndarray, max_points: int) -> np.ndarray:
+    """Indices of the finite values of `y`, thinned to each bucket's min and max past `max_points`."""
+    finite = np.flatnonzero(np.isfinite(y))
+    if len(finite) <= max_points:
+        return finite
+    buckets = max_points // 2
+    edges = np.linspace(0, len(finite), buckets + 1, dtype=int)
+    starts = edges[:-1][np.diff(edges) > 0]
+    vals = y[finite]
+    lo = np.minimum.reduceat(vals, starts)
+    hi = np.maximum.reduceat(vals, starts)
+    keep = np.empty(2 * len(starts), dtype=int)
+    # the position of each bucket's min and max: the first index where the value equals it
+    bucket = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(finite))))
+    is_lo = vals == lo[bucket]
+    is_hi = vals == hi[bucket]
+    keep[0::2] = _first_per_bucket(is_lo, bucket, len(starts))
+    keep[1::2] = _first_per_bucket(is_hi, bucket, len(starts))
+    return finite[np.unique(keep)]
+
+
+def _first_per_bucket(mask: np.ndarray, bucket: np.ndarray, n: int) -> np.ndarray:
+    pos = np.flatnonzero(mask)
+    first = np.full(n, -1)
+    first[bucket[pos][::-1]] = pos[::-1]
+    return first
 
 
 def bucket_mean(x: np.ndarray, ys: Sequence[np.ndarray], max_points: int = 400):
@@ -110,114 +148,111 @@ def bucket_mean(x: np.ndarray, ys: Sequence[np.ndarray], max_points: int = 400):
     return xs, out
 
 
-def phase_chart(steps: np.ndarray, phases: dict[str, np.ndarray]) -> Chart | None:
-    """Per-step stacked phase times (seconds)."""
-    names = [p for p, v in phases.items() if np.isfinite(v).any() and np.nanmax(v) > 0]
-    if not names or len(steps) == 0:
-        return None
-    x, ys = bucket_mean(steps, [phases[p] for p in names])
-    fig, ax = plt.subplots(figsize=(9.6, 3.2))
-    colors = [PHASE_COLORS.get(p, "#999999") for p in names]
-    if len(x) <= 60:
-        bottom = np.zeros(len(x))
-        for name, y, c in zip(names, ys, colors, strict=True):
-            ax.bar(x, y, bottom=bottom, label=name, color=c, width=0.85, linewidth=0)
-            bottom += y
-    else:
-        ax.stackplot(x, *ys, labels=names, colors=colors, linewidth=0)
-    ax.set_xlabel("step" + (" (bucket means)" if len(x) < len(steps) else ""))
-    ax.set_ylabel("seconds")
-    ax.set_title("Time per step by phase")
-    ax.margins(x=0.01)
-    ax.legend(ncol=min(len(names), 6), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
-    return _finish(fig, "phases", "Stacked time per step by phase: " + ", ".join(names))
+def fmt(v: float) -> str:
+    """A short number for an axis or a tooltip: 3 significant digits, k/M for large values."""
+    if not math.isfinite(v):
+        return "–"
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if a >= 1e4:
+        return f"{v / 1e3:.3g}k"
+    if a >= 100:
+        return f"{v:.0f}"
+    if a == 0 or a >= 1e-3:
+        return f"{v:.3g}"
+    return f"{v:.2e}"
 
 
-@dataclass
-class Panel:
-    """One health curve panel: a title and its (label, values) lines; `right` lines use a second axis."""
-
-    title: str
-    lines: list[tuple[str, np.ndarray]]
-    right: list[tuple[str, np.ndarray]] | None = None
-    log: bool = False
-
-
-def health_chart(
-    steps: np.ndarray,
-    panels: list[Panel],
-    episodes: Sequence[tuple[int, int, str]],
-    anomaly_steps: np.ndarray,
-) -> Chart | None:
-    """Small multiples of training curves; every anomaly episode is shaded and every anomalous step ticked."""
-    fig = health_figure(steps, panels, episodes, anomaly_steps)
-    if fig is None:
-        return None
-    titles = ", ".join(ax.get_title(loc="left") for ax in fig.axes if ax.get_title(loc="left"))
-    alt = f"Training curves: {titles}; {len(episodes)} anomaly episode(s) shaded red"
-    return _finish(fig, "health", alt, tight=False)
+def nice_ticks(lo: float, hi: float, n: int = 4) -> list[float]:
+    """Round tick values covering [lo, hi] at a 1, 2, 2.5 or 5 x 10^k spacing, about `n` of them."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    if hi <= lo:
+        lo, hi = lo - (abs(lo) or 1) * 0.1, hi + (abs(hi) or 1) * 0.1
+    raw = (hi - lo) / max(n, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.floor(lo / step + 1e-9) * step
+    last = math.ceil(hi / step - 1e-9) * step
+    count = int(round((last - first) / step)) + 1
+    return [round(first + i * step, 12) for i in range(count)]
 
 
-def health_figure(
-    steps: np.ndarray,
-    panels: list[Panel],
-    episodes: Sequence[tuple[int, int, str]],
-    anomaly_steps: np.ndarray,
-):
-    """The figure behind `health_chart` (curves thinned, episodes and anomalous steps all drawn)."""
-    panels = [p for p in panels if any(np.isfinite(v).any() for _, v in p.lines + (p.right or []))]
-    if not panels or len(steps) == 0:
-        return None
-    cols = 2
-    rows = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(10, 2.5 * rows), sharex=True, squeeze=False)
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
-    # An episode of a few steps in a long run would be narrower than a pixel: give its shading a minimum width.
-    pad = max(0.5, 0.002 * float(np.nanmax(steps) - np.nanmin(steps)))
-    for ax, panel in zip(axes.flat, panels, strict=False):
-        for (first, last, _cls) in episodes:
-            ax.axvspan(first - pad, last + pad, color=EPISODE_COLOR, alpha=0.18, linewidth=0)
-        for i, (label, y) in enumerate(panel.lines):
-            xs, ys = minmax_downsample(steps, y)
-            ax.plot(xs, ys, color=palette[i % len(palette)], linewidth=1.0, label=label)
-        if panel.log and _wide_range([v for _, v in panel.lines]):
-            ax.set_yscale("log")
-        if panel.right:
-            twin = ax.twinx()
-            twin.grid(False)
-            twin.spines["right"].set_visible(True)
-            for label, y in panel.right:
-                xs, ys = minmax_downsample(steps, y)
-                twin.plot(xs, ys, color="#6b7280", linewidth=0.7, alpha=0.7, label=label)
-            twin.set_ylabel(panel.right[0][0], fontsize=8)
-        if len(anomaly_steps):
-            ax.plot(
-                anomaly_steps,
-                np.ones(len(anomaly_steps)),
-                "|",
-                color=EPISODE_COLOR,
-                markersize=7,
-                transform=ax.get_xaxis_transform(),
-                clip_on=False,
-            )
-        ax.set_title(panel.title, loc="left")
-        if ax is axes.flat[0] and len(episodes) <= 12:
-            for first, _last, cls in episodes:
-                ax.text(first, 0.97, cls, transform=ax.get_xaxis_transform(), fontsize=7, color=EPISODE_COLOR,
-                        va="top", ha="left", rotation=90)
-        if len(panel.lines) > 1 or panel.right:
-            handles, labels = ax.get_legend_handles_labels()
-            if panel.right:
-                h2, l2 = twin.get_legend_handles_labels()
-                handles, labels = handles + h2, labels + l2
-            ax.legend(handles, labels, fontsize=7, loc="best", frameon=True, framealpha=0.85, edgecolor="none")
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel("step")
-    height = 2.5 * rows
-    fig.subplots_adjust(left=0.07, right=0.93, top=1 - 0.3 / height, bottom=0.5 / height, hspace=0.45, wspace=0.3)
-    return fig
+class _Scale:
+    """A linear (or log10) map from data values onto a pixel range."""
+
+    def __init__(self, lo: float, hi: float, p0: float, p1: float, log: bool = False):
+        self.log = log
+        self.lo, self.hi = (math.log10(lo), math.log10(hi)) if log else (lo, hi)
+        if self.hi <= self.lo:
+            self.lo, self.hi = self.lo - 0.5, self.hi + 0.5
+        self.p0, self.p1 = p0, p1
+
+    def __call__(self, v):
+        v = np.log10(np.where(np.asarray(v, dtype=float) > 0, v, np.nan)) if self.log else np.asarray(v, dtype=float)
+        return self.p0 + (v - self.lo) / (self.hi - self.lo) * (self.p1 - self.p0)
+
+
+def _path(px: np.ndarray, py: np.ndarray, breaks: np.ndarray | None = None) -> str:
+    """An SVG path through the points, lifting the pen before each point where `breaks` is set."""
+    parts = []
+    for i, (x, y) in enumerate(zip(px.tolist(), py.tolist(), strict=True)):
+        cmd = "M" if i == 0 or (breaks is not None and breaks[i]) else "L"
+        parts.append(f"{cmd}{x:.1f} {y:.1f}")
+    return "".join(parts)
+
+
+def _typical(y: np.ndarray) -> float:
+    v = np.abs(y[np.isfinite(y)])
+    v = v[v > 0]
+    return float(np.median(v)) if len(v) else 0.0
+
+
+def _split_scales(panel: Panel) -> list[Panel]:
+    """Give a signal its own panel when it would be flattened under another's scale.
+
+    Host memory never shares a scale with GPU memory; other lines share one while their typical
+    sizes stay within SPLIT_RATIO of each other. A capacity stays with the device memory lines.
+    """
+    capacity = [(n, v) for n, v in panel.lines if n.endswith("total_gb")]
+    lines = [(n, v) for n, v in panel.lines if not n.endswith("total_gb")]
+    host = [(n, v) for n, v in lines if n.startswith("cpu_")]
+    device = [(n, v) for n, v in lines if not n.startswith("cpu_")]
+    groups: list[list[tuple[str, np.ndarray]]] = []
+    for line in sorted(device, key=lambda nv: _typical(nv[1])):
+        size = _typical(line[1])
+        if groups and (size == 0 or _typical(groups[-1][0][1]) == 0
+                       or size / _typical(groups[-1][0][1]) <= SPLIT_RATIO):
+            groups[-1].append(line)
+        else:
+            groups.append([line])
+    groups = [sorted(g, key=lambda nv: [n for n, _ in device].index(nv[0])) for g in groups]
+    if not groups and not host:
+        return [panel]
+    out = []
+    for i, g in enumerate(groups):
+        title = panel.title if len(groups) == 1 else f"{panel.title}: {g[0][0]}"
+        if host and title.startswith("Memory"):
+            title = "GPU " + title[0].lower() + title[1:]
+        out.append(Panel(title, g, right=panel.right if i == 0 else None, log=panel.log,
+                         capacity=capacity if i == len(groups) - 1 else []))
+    if host:
+        out.append(Panel("Host memory (GB)" if panel.title.startswith("Memory") else f"{panel.title}: host", host,
+                         log=panel.log))
+    if not groups and capacity:
+        out[0].capacity = capacity
+    return out
+
+
+def _is_sparse(y: np.ndarray) -> bool:
+    """True for a signal logged on few steps (validation): drawn as points, not a joined line."""
+    finite = np.isfinite(y)
+    n = int(finite.sum())
+    if n == 0:
+        return False
+    span = np.flatnonzero(finite)
+    return n <= 0.5 * (span[-1] - span[0] + 1) or n == 1
 
 
 def _wide_range(values: list[np.ndarray]) -> bool:
@@ -227,19 +262,306 @@ def _wide_range(values: list[np.ndarray]) -> bool:
     return len(v) > 0 and bool(v.max() / max(np.median(v), 1e-12) > 100)
 
 
+def _y_scale(values: list[np.ndarray], log: bool) -> tuple[_Scale, list[float]]:
+    """The y scale of an axis over these values (plot area rows) and its tick values."""
+    v = np.concatenate([np.asarray(a, dtype=float) for a in values]) if values else np.array([])
+    v = v[np.isfinite(v)]
+    if log:
+        v = v[v > 0]
+    if len(v) == 0:
+        v = np.array([0.0, 1.0])
+    lo, hi = float(v.min()), float(v.max())
+    if log:
+        lo_e, hi_e = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+        hi_e = max(hi_e, lo_e + 1)
+        ticks = [10.0 ** e for e in range(lo_e, hi_e + 1)]
+        return _Scale(ticks[0], ticks[-1], H - BOTTOM, TOP, log=True), ticks
+    ticks = nice_ticks(lo, hi)
+    return _Scale(ticks[0], ticks[-1], H - BOTTOM, TOP), ticks
+
+
+def _text(x: float, y: float, s: str, cls: str = "", anchor: str = "start") -> str:
+    c = f' class="{cls}"' if cls else ""
+    a = "" if anchor == "start" else f' text-anchor="{anchor}"'
+    return f'<text x="{x:.1f}" y="{y:.1f}"{c}{a}>{escape(s)}</text>'
+
+
+def _x_axis(xs: _Scale, x0: float, x1: float, right: float) -> list[str]:
+    """Vertical grid lines and step labels under the plot (on every panel)."""
+    out = []
+    for t in nice_ticks(x0, x1, 5):
+        if t < x0 - 1e-9 or t > x1 + 1e-9:
+            continue
+        px = float(xs(t))
+        out.append(f'<path class="g" d="M{px:.1f} {TOP}V{H - BOTTOM}"/>')
+        out.append(_text(px, H - BOTTOM + 15, fmt(t), anchor="middle"))
+    out.append(_text(W - right, H - 8, "step", anchor="end"))
+    return out
+
+
+def _legend(items: list[tuple[int, str, bool]]) -> list[str]:
+    """Legend entries (series number, label, drawn as points) on the bottom row, left of the axis name."""
+    out = []
+    x = 4.0
+    for k, label, points in items:
+        if points:
+            out.append(f'<circle class="f{k}" cx="{x + 7:.1f}" cy="{H - 12}" r="3"/>')
+        else:
+            out.append(f'<path class="key s{k}" d="M{x:.1f} {H - 12}h14" stroke-width="2.5"/>')
+        out.append(_text(x + 18, H - 8, label))
+        x += 18 + 6.4 * len(label) + 14
+    return out
+
+
+def _episode_marks(xs: _Scale, episodes, anomaly_steps: np.ndarray, right: float) -> tuple[list[str], list[str]]:
+    """Light shading behind the curves, and a strip above the plot with each episode's bar and class."""
+    back, strip = [], []
+    for first, last, cls in episodes:
+        a, b = float(xs(first - 0.5)), float(xs(last + 0.5))
+        if b - a < 2:
+            a, b = (a + b) / 2 - 1, (a + b) / 2 + 1
+        a, b = max(a, LEFT), min(b, W - right)
+        back.append(f'<rect class="ep" x="{a:.1f}" y="{TOP}" width="{b - a:.1f}" height="{H - TOP - BOTTOM}"/>')
+        span = f"step {first}" if first == last else f"steps {first}–{last}"
+        strip.append(f'<rect class="es" x="{a:.1f}" y="{TOP - 12}" width="{b - a:.1f}" height="6">'
+                     f'<title>anomaly episode: {escape(str(cls))}, {span}</title></rect>')
+    if len(anomaly_steps):
+        px = np.unique(np.round(xs(np.asarray(anomaly_steps, dtype=float)), 1))
+        px = px[(px >= LEFT) & (px <= W - right)]
+        if len(px):
+            d = "".join(f"M{p:.1f} {TOP - 5}v5" for p in px.tolist())
+            strip.append(f'<path class="tk" d="{d}"><title>{len(anomaly_steps)} anomalous step(s)</title></path>')
+    return back, strip
+
+
+def _columns(steps: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """Index ranges [a, b) of `steps` for up to `n` hover columns of equal step width."""
+    if len(steps) == 0:
+        return []
+    lo, hi = float(steps[0]), float(steps[-1])
+    if len(steps) <= n or hi <= lo:
+        return [(i, i + 1) for i in range(len(steps))]
+    edges = np.searchsorted(steps, np.linspace(lo, hi, n + 1)[1:-1], side="left")
+    bounds = np.concatenate([[0], edges, [len(steps)]])
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
+def _hover(steps: np.ndarray, xs: _Scale, series: list[tuple[str, np.ndarray]], right: float,
+           episodes=()) -> list[str]:
+    """Transparent step columns over the plot, each titled with the values of its steps."""
+    cols = _columns(steps, HOVER_COLUMNS)
+    if not cols:
+        return []
+    starts = np.array([a for a, _ in cols])
+    lows = [np.fmin.reduceat(np.where(np.isfinite(y), y, np.nan), starts) for _, y in series]
+    highs = [np.fmax.reduceat(np.where(np.isfinite(y), y, np.nan), starts) for _, y in series]
+    half = 0.5 * (float(steps[-1] - steps[0]) / max(len(cols), 1)) if len(steps) > len(cols) else 0.5
+    out = []
+    for k, (a, b) in enumerate(cols):
+        s0, s1 = steps[a], steps[b - 1]
+        x0 = float(xs(s0 - half)) if b - a == 1 else float(xs(s0))
+        x1 = float(xs(s1 + half)) if b - a == 1 else float(xs(steps[b] if b < len(steps) else s1))
+        x0, x1 = max(x0, LEFT), min(x1, W - right)
+        if x1 <= x0:
+            continue
+        head = f"step {s0:.0f}" if b - a == 1 else f"steps {s0:.0f}–{s1:.0f}"
+        parts = [head]
+        for i, (name, _) in enumerate(series):
+            lo, hi = lows[i][k], highs[i][k]
+            if math.isfinite(lo):
+                parts.append(f"{name} {fmt(lo)}" if lo == hi else f"{name} {fmt(lo)}–{fmt(hi)}")
+        for first, last, cls in episodes:
+            if first <= s1 and last >= s0:
+                parts.append(f"anomaly: {cls}")
+        out.append(f'<rect class="h" x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" height="{H - TOP - BOTTOM}">'
+                   f'<title>{escape(" · ".join(parts))}</title></rect>')
+    return out
+
+
+def _y_axis(ys: _Scale, ticks: list[float], x: float, anchor: str, grid: bool, right: float) -> list[str]:
+    out = []
+    for t in ticks:
+        py = float(ys(t))
+        if grid:
+            out.append(f'<path class="g" d="M{LEFT} {py:.1f}H{W - right}"/>')
+        out.append(_text(x, py + 3.5, fmt(t), anchor=anchor))
+    return out
+
+
+def _series_marks(steps: np.ndarray, y: np.ndarray, xs: _Scale, ys: _Scale, cls: str, width: float) -> str:
+    """A signal as a line broken at missing steps, or as points when it is logged on few steps."""
+    if ys.log:
+        y = np.where(y > 0, y, np.nan)
+    if _is_sparse(y):
+        idx = _minmax_index(y, int(width))
+        px, py = xs(steps[idx]), ys(y[idx])
+        dots = "".join(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.6"/>' for a, b in zip(px.tolist(), py.tolist(),
+                                                                                     strict=True))
+        return f'<g class="f{cls[1:]}">{dots}</g>'
+    idx = _minmax_index(y, int(2 * width))
+    missing = np.cumsum(~np.isfinite(y))
+    breaks = np.zeros(len(idx), dtype=bool)
+    breaks[1:] = missing[idx[1:]] != missing[idx[:-1]]
+    return f'<path class="l {cls}" d="{_path(xs(steps[idx]), ys(y[idx]), breaks)}"/>'
+
+
+def _panel_svg(steps: np.ndarray, panel: Panel, episodes, anomaly_steps: np.ndarray, xlim) -> str:
+    """One small-multiple panel: title and legend, episode strip, grid, curves, axes and hover columns."""
+    right = RIGHT_AXIS if panel.right else RIGHT
+    x0, x1 = xlim
+    xs = _Scale(x0, x1, LEFT, W - right)
+    log = panel.log and _wide_range([v for _, v in panel.lines])
+    cap_levels = [(n, float(np.nanmedian(v))) for n, v in panel.capacity if np.isfinite(v).any()]
+    ys, yticks = _y_scale([v for _, v in panel.lines] + [np.array([c]) for _, c in cap_levels], log)
+    back, strip = _episode_marks(xs, episodes, anomaly_steps, right)
+    out = [f'<svg viewBox="0 0 {W} {H}" role="img" aria-label="{escape(panel.title)}" data-panel="{escape(panel.title)}">',
+           _text(4, 16, panel.title, "t"), *back, *_y_axis(ys, yticks, LEFT - 6, "end", True, right),
+           *_x_axis(xs, x0, x1, right)]
+    legend = [(i % SERIES, n, _is_sparse(y)) for i, (n, y) in enumerate(panel.lines)]
+    width = W - LEFT - right
+    for i, (_, y) in enumerate(panel.lines):
+        out.append(_series_marks(steps, y, xs, ys, f"s{i % SERIES}", width))
+    for _name, level in cap_levels:
+        py = float(ys(level))
+        out.append(f'<path class="cap" d="M{LEFT} {py:.1f}H{W - right}"/>')
+        out.append(_text(LEFT + 4, py - 4, f"GPU capacity {fmt(level)} GB", "capt"))
+    if panel.right:
+        rs, rticks = _y_scale([v for _, v in panel.right], False)
+        out += _y_axis(rs, rticks, W - right + 6, "start", False, right)
+        for j, (name, y) in enumerate(panel.right):
+            k = (len(panel.lines) + j) % SERIES
+            out.append(_series_marks(steps, y, xs, rs, f"s{k}", width))
+            legend.append((k, f"{name} (right)", _is_sparse(y)))
+    if len(legend) > 1:
+        out += _legend(legend)
+    out.append(f'<path class="a" d="M{LEFT} {H - BOTTOM}H{W - right}"/>')
+    out += strip
+    out += _hover(steps, xs, panel.lines + (panel.right or []) + panel.capacity, right, episodes)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _svg_chart(name: str, alt: str, panels_svg: list[str], after: str = "") -> Chart:
+    html = (f'<div class="vhc" role="group" data-chart="{name}" aria-label="{escape(alt)}">'
+            f"<style>{STYLE}</style>{''.join(panels_svg)}{after}</div>")
+    return Chart(name=name, alt=alt, svg=Markup(html))
+
+
+def health_chart(
+    steps: np.ndarray,
+    panels: list[Panel],
+    episodes: Sequence[tuple[int, int, str]],
+    anomaly_steps: np.ndarray,
+) -> Chart | None:
+    """Small multiples of training curves, one scale per signal that needs its own; every anomaly episode
+    is marked above each panel (and lightly shaded behind its curves), every anomalous step ticked."""
+    steps = np.asarray(steps, dtype=float)
+    panels = [p for p in panels if any(np.isfinite(v).any() for _, v in p.lines + (p.right or []))]
+    if not panels or len(steps) == 0:
+        return None
+    panels = [q for p in panels for q in _split_scales(p)]
+    panels = [p for p in panels if any(np.isfinite(v).any() for _, v in p.lines + (p.right or []))]
+    lo, hi = float(np.nanmin(steps)), float(np.nanmax(steps))
+    xlim = (lo - 0.5, hi + 0.5) if hi - lo < 10 else (lo, hi)
+    anomaly_steps = np.asarray(anomaly_steps, dtype=float)
+    svgs = [_panel_svg(steps, p, episodes, anomaly_steps, xlim) for p in panels]
+    alt = f"Training curves: {', '.join(p.title for p in panels)}; {len(episodes)} anomaly episode(s) marked red"
+    return _svg_chart("health", alt, svgs)
+
+
+def phase_chart(steps: np.ndarray, phases: dict[str, np.ndarray]) -> Chart | None:
+    """Per-step stacked phase times (seconds): bars for a short run, bucket-mean areas for a long one."""
+    names = [p for p, v in phases.items() if np.isfinite(v).any() and np.nanmax(v) > 0]
+    steps = np.asarray(steps, dtype=float)
+    if not names or len(steps) == 0:
+        return None
+    x, ys = bucket_mean(steps, [phases[p] for p in names])
+    x = np.asarray(x, dtype=float)
+    tops = np.cumsum(np.vstack(ys), axis=0)
+    lo, hi = float(x.min()), float(x.max())
+    bars = len(x) <= 60
+    xlim = (lo - 0.5, hi + 0.5) if bars or hi - lo < 10 else (lo, hi)
+    xs = _Scale(*xlim, LEFT, W - RIGHT)
+    yscale, yticks = _y_scale([np.array([0.0]), tops[-1]], False)
+    out = [f'<svg viewBox="0 0 {W} {H}" role="img" aria-label="Time per step by phase" data-panel="phases">',
+           _text(4, 16, "Time per step by phase (s)" + (" · bucket means" if len(x) < len(steps) else ""), "t"),
+           *_y_axis(yscale, yticks, LEFT - 6, "end", True, RIGHT), *_x_axis(xs, *xlim, RIGHT)]
+    base = np.zeros(len(x))
+    for name, top in zip(names, tops, strict=True):
+        color = PHASE_COLORS.get(name, "#999999")
+        if bars:
+            half = 0.42 * (float(xs(1.0)) - float(xs(0.0)))
+            px, y0, y1 = xs(x).tolist(), yscale(base).tolist(), yscale(top).tolist()
+            d = "".join(f"M{a - half:.1f} {b:.1f}V{c:.1f}H{a + half:.1f}V{b:.1f}Z" for a, b, c in zip(px, y0, y1,
+                                                                                                  strict=True))
+        else:
+            px = xs(x)
+            d = _path(np.concatenate([px, px[::-1]]), np.concatenate([yscale(top), yscale(base)[::-1]])) + "Z"
+        out.append(f'<path fill="{color}" d="{d}"><title>{escape(name)}</title></path>')
+        base = top
+    out.append(f'<path class="a" d="M{LEFT} {H - BOTTOM}H{W - RIGHT}"/>')
+    out += _hover(x, xs, [(f"{n} s", y) for n, y in zip(names, ys, strict=True)], RIGHT)
+    out.append("</svg>")
+    legend = "".join(f'<span style="white-space:nowrap;margin-right:12px"><span style="display:inline-block;width:10px;'
+                     f'height:10px;background:{PHASE_COLORS.get(n, "#999999")};margin-right:4px"></span>{escape(n)}'
+                     "</span>" for n in names)
+    alt = "Stacked time per step by phase: " + ", ".join(names)
+    return _svg_chart("phases", alt, ["".join(out)], f'<p style="font-size:12px;margin:2px 0 0">{legend}</p>')
+
+
+@functools.cache
+def _pyplot():
+    """matplotlib, imported and styled on first use (only the fleet report draws with it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(
+        {
+            "font.family": "DejaVu Sans",
+            "font.size": 9,
+            "axes.titlesize": 10,
+            "axes.titleweight": "bold",
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.grid": True,
+            "grid.color": "#e5e7eb",
+            "grid.linewidth": 0.6,
+            "axes.edgecolor": "#9ca3af",
+        }
+    )
+    return plt
+
+
+def _finish(fig, name: str, alt: str) -> Chart:
+    plt = _pyplot()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
+    plt.close(fig)
+    return Chart(name=name, alt=alt, png=buf.getvalue())
+
+
+def _ticker():
+    _pyplot()
+    from matplotlib import ticker
+
+    return ticker
+
+
 def failure_bars(counts: dict[str, int]) -> Chart | None:
     """Runs per failure class."""
     if not counts:
         return None
     items = sorted(counts.items(), key=lambda kv: kv[1])
-    fig, ax = plt.subplots(figsize=(5.6, 0.32 * len(items) + 0.9))
+    fig, ax = _pyplot().subplots(figsize=(5.6, 0.32 * len(items) + 0.9))
     # a run stopped on purpose or a log cut short is no failure: neutral grey
     tone = {"completed": OK_COLOR, "hang": "#e69f00", "interrupted": "#94a3b8", "no_outcome": "#94a3b8"}
     colors = [tone.get(k, FAIL_COLOR) for k, _ in items]
     ax.barh([k for k, _ in items], [v for _, v in items], color=colors)
     for i, (_, v) in enumerate(items):
         ax.text(v, i, f" {v}", va="center", fontsize=8)
-    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(_ticker().MaxNLocator(integer=True))
     ax.set_title("Runs by outcome", loc="left")
     ax.grid(axis="y", visible=False)
     ax.margins(x=0.12)
@@ -252,7 +574,7 @@ def share_bars(groups: list[tuple[str, dict[str, float]]]) -> Chart | None:
     if not groups:
         return None
     phases = [p for p in PHASE_COLORS if any(s.get(p) for _, s in groups)]
-    fig, ax = plt.subplots(figsize=(9.6, 0.36 * len(groups) + 1.3))
+    fig, ax = _pyplot().subplots(figsize=(9.6, 0.36 * len(groups) + 1.3))
     labels = [g if len(g) <= 60 else g[:57] + "…" for g, _ in groups]
     left = np.zeros(len(groups))
     for p in phases:
@@ -261,7 +583,7 @@ def share_bars(groups: list[tuple[str, dict[str, float]]]) -> Chart | None:
         left += vals
     ax.set_xlim(0, max(1.0, float(left.max())))
     ax.invert_yaxis()
-    ax.xaxis.set_major_formatter(ticker.PercentFormatter(1.0))
+    ax.xaxis.set_major_formatter(_ticker().PercentFormatter(1.0))
     ax.grid(axis="y", visible=False)
     ax.set_title("Share of step time by phase, per config group", loc="left")
     ax.legend(ncol=min(len(phases), 6), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.5 / len(groups) - 0.08),
@@ -276,11 +598,11 @@ def weekly_chart(weeks: list[tuple[str, int, int, float | None]]) -> Chart | Non
     labels = [w[0] for w in weeks]
     ok = np.array([w[1] - w[2] for w in weeks])
     bad = np.array([w[2] for w in weeks])
-    fig, ax = plt.subplots(figsize=(9.6, 2.8))
+    fig, ax = _pyplot().subplots(figsize=(9.6, 2.8))
     ax.bar(labels, ok, color=OK_COLOR, label="fine")
     ax.bar(labels, bad, bottom=ok, color=FAIL_COLOR, label="failed or hung")
     ax.set_ylabel("runs")
-    ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(_ticker().MaxNLocator(integer=True))
     med = [w[3] if w[3] is not None else np.nan for w in weeks]
     if np.isfinite(med).any():
         twin = ax.twinx()
