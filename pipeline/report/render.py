@@ -16,6 +16,7 @@ import numpy as np
 from jinja2 import Environment, FileSystemLoader, Undefined
 
 from pipeline import lake
+from pipeline.error_templates import NEW_DAYS, new_signatures
 from pipeline.report import charts
 from pipeline.report.data import (
     AFTER_STEP_PHASES,
@@ -478,7 +479,9 @@ def fleet_context(data: FleetReportData) -> dict[str, Any]:
 
 def render_fleet_report(warehouse: str | Path, reports_dir: str | Path, day: date) -> Path:
     """Write `reports_dir/fleet/<day>.html` and `fleet/latest.html`; return the dated file."""
-    html = ENV.get_template("fleet.html.j2").render(**fleet_context(load_fleet(warehouse, day)))
+    context = fleet_context(load_fleet(warehouse, day))
+    context.update(new_signatures=new_signatures(warehouse, context["data_day"]), new_signature_days=NEW_DAYS)
+    html = ENV.get_template("fleet.html.j2").render(**context)
     folder = Path(reports_dir) / "fleet"
     path = _write(folder / f"{day.isoformat()}.html", html)
     _write(folder / "latest.html", html)

@@ -1,0 +1,35 @@
+-- Fleet table: the error and warning lines of every run mined into templates (variable parts as <*>).
+-- Reads `error_lines` (sql/error_lines.sql) and `line_templates` (message -> template, mined by Drain3).
+-- `known`: a run_events pattern names some line of the template; `root_cause_of`: the runs whose
+-- root-cause line (run_summary) is one of its lines.
+with lines as (
+    select l.*, t.template
+    from error_lines as l
+    join line_templates as t using (message)
+),
+roots as (
+    select l.template, list(distinct l.run_id order by l.run_id) as root_cause_of
+    from lines as l
+    join run_summary as s
+      on s.run_id = l.run_id and s.root_cause_file = l.file and s.root_cause_line_no = l.line_no
+    group by all
+)
+select
+    template,
+    count(distinct run_id) as n_runs,
+    count(*) as n_lines,
+    min(seen_at) as first_seen,
+    max(seen_at) as last_seen,
+    arg_min(message, (seen_at, run_id, file, line_no)) as example,
+    bool_or(named) as known,
+    arg_min(run_id, (seen_at, run_id, file, line_no)) as example_run_id,
+    arg_min(file, (seen_at, run_id, file, line_no)) as example_file,
+    arg_min(line_no, (seen_at, run_id, file, line_no)) as example_line_no,
+    mode(kind) as kind,
+    mode(event_class) as event_class,
+    list(distinct run_id order by run_id) as run_ids,
+    coalesce(any_value(r.root_cause_of), []) as root_cause_of
+from lines
+left join roots as r using (template)
+group by template
+order by known, n_runs desc, n_lines desc, template

@@ -1,0 +1,132 @@
+"""error_templates: error and warning lines no rule names, mined across the fleet into one template each,
+and the fleet report's "New signatures this week"."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from datetime import date, datetime
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pipeline import derive, lake
+from pipeline.error_templates import derive_error_templates, new_signatures, unknown_templates_of_run
+from pipeline.templates_miner import mine_templates
+
+# The same fault printed by three runs with different numbers, addresses and paths; no rule names it.
+LEASE = "{day} 10:06:00,000 ERROR shard {shard} of blob relay {addr} lost its lease on {path} (attempt {n})"
+LEASE_TEMPLATE = "<*> ERROR shard <*> of blob relay <*> lost its lease on <*> (attempt <*>)"
+RUNS = {
+    "run_a": ("2026-11-25", LEASE.format(day="2026-11-25", shard=17, addr="10.0.3.7:29500",
+                                         path="/scratch/job_1041/ckpt", n=3)),
+    "run_b": ("2026-11-26", LEASE.format(day="2026-11-26", shard=4, addr="10.0.9.12:41233",
+                                         path="/scratch/job_2207/ckpt", n=5)),
+    "run_c": ("2026-11-28", LEASE.format(day="2026-11-28", shard=211, addr="192.168.1.40:6379",
+                                         path="/data/u/run3/ckpt", n=2)),
+    # an old unknown fault (a month before the report) and a fault a rule names (CUDA out of memory)
+    "run_old": ("2026-10-20", "2026-10-20 10:06:00,000 ERROR quorum of 5 mirrors missing for volume vol-3"),
+    "run_oom": ("2026-11-27", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. "
+                              "GPU 0 has a total capacity of 79.11 GiB"),
+}
+
+
+def _log(day: str, last_line: str) -> str:
+    lines = [f"{day} 10:00:00,000 INFO trainer started"]
+    lines += [f"{day} 10:0{s}:00,000 INFO step:{s} - actor/pg_loss:{0.1 * s:.3f} - timing_s/gen:{3.0 + s:.2f}"
+              f" - timing_s/step:{10.0 + s:.2f}" for s in range(1, 6)]
+    return "\n".join([*lines, last_line]) + "\n"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory) -> Path:
+    """The five runs ingested and derived, and error_templates mined over them; returns the warehouse."""
+    from pipeline.ingest import discover_runs, ingest_run
+
+    root = tmp_path_factory.mktemp("templates")
+    archive, wh = root / "archive", root / "warehouse"
+    archive.mkdir()
+    for rid, (day, line) in RUNS.items():
+        path = archive / f"{rid}.log"
+        path.write_text(_log(day, line))
+        stamp = time.mktime(time.strptime(f"{day} 11", "%Y-%m-%d %H"))
+        os.utime(path, (stamp, stamp))
+    found = discover_runs(archive, quiet_period_s=0)
+    for entry in found.entries:
+        ingest_run(entry, wh)
+    derive.derive_run_tables(wh, [e.run_id for e in found.entries])
+    derive_error_templates(wh)
+    return wh
+
+
+def _templates(wh: Path) -> dict[str, dict]:
+    cur = duckdb.connect().execute(f"select * from {lake.table_source(wh, 'error_templates')}")
+    cols = [d[0] for d in cur.description]
+    return {r[0]: dict(zip(cols, r, strict=True)) for r in cur.fetchall()}
+
+
+def test_a_fault_printed_with_other_numbers_in_three_runs_is_one_template(fleet):
+    templates = _templates(fleet)
+    lease = [t for t in templates.values() if "lost its lease" in t["template"]]
+    assert len(lease) == 1, [t["template"] for t in lease]
+    t = lease[0]
+    assert t["template"] == LEASE_TEMPLATE
+    assert (t["n_runs"], t["n_lines"], t["known"]) == (3, 3, False)
+    assert t["run_ids"] == ["run_a", "run_b", "run_c"]
+    assert t["first_seen"] == datetime(2026, 11, 25, 10, 6)
+    assert t["last_seen"] == datetime(2026, 11, 28, 10, 6)
+    assert t["example"] == RUNS["run_a"][1]
+    assert (t["example_run_id"], t["example_file"], t["example_line_no"]) == ("run_a", "run_a.log", 7)
+
+
+def test_a_line_a_rule_names_is_known(fleet):
+    oom = [t for t in _templates(fleet).values() if "CUDA out of memory" in t["template"]]
+    assert len(oom) == 1 and oom[0]["known"] is True
+    assert oom[0]["root_cause_of"] == ["run_oom"]
+
+
+def test_new_signatures_are_the_unknown_templates_first_seen_in_the_week(fleet):
+    new = new_signatures(fleet, date(2026, 11, 28))
+    assert [s["template"] for s in new] == [LEASE_TEMPLATE]
+    # a week later the lease fault is no longer new; the old quorum fault never was in a week shown here
+    assert new_signatures(fleet, date(2026, 12, 9)) == []
+    assert [s["n_runs"] for s in new_signatures(fleet, date(2026, 10, 21))] == [1]
+
+
+def test_a_run_whose_only_error_is_unknown_points_at_its_template(fleet):
+    found = unknown_templates_of_run(fleet, "run_b")
+    assert [(t["template"], t["n_runs"]) for t in found] == [(LEASE_TEMPLATE, 3)]
+    assert unknown_templates_of_run(fleet, "run_oom") == []
+
+
+def test_the_fleet_report_lists_the_new_signature(fleet, tmp_path):
+    from pipeline.report.render import render_fleet_report
+
+    html = render_fleet_report(fleet, tmp_path, date(2026, 11, 30)).read_text()
+    section = html.split('id="new-signatures"', 1)[1].split("<h2", 1)[0]
+    rows = re.findall(r'<tr class="signature" data-runs="(\d+)"><td class="mono">([^<]*)</td>', section)
+    assert rows == [("3", LEASE_TEMPLATE.replace("<", "&lt;").replace(">", "&gt;"))]
+    assert "quorum" not in section and "CUDA out of memory" not in section
+
+
+def test_numbers_addresses_paths_and_ids_become_wildcards():
+    lines = [
+        "RelayError: worker 0x7f3a9c rank 3 lost 10.0.0.7:6379 reading /mnt/a/b.bin id 4f6c1d2e9a7b8c01",
+        "RelayError: worker 0x1b rank 12 lost 192.168.0.2:80 reading /data/x/y/z.bin id 00aa11bb22cc33dd",
+        "RelayError: worker 0xdeadbeef rank 0 lost 10.1.1.1:1 reading ~/scratch/q.bin id 9e8d7c6b5a493827",
+    ]
+    expected = "RelayError: worker <*> rank <*> lost <*> reading <*> id <*>"
+    assert mine_templates(lines) == [expected] * 3
+
+
+def test_different_faults_stay_apart_and_ray_repeat_notes_are_dropped():
+    lines = [
+        "Failed to connect to the metrics exporter at port 8080",
+        "Failed to connect to the metrics exporter at port 9090 [repeated 7x across cluster]",
+        "Checkpoint upload to bucket refused: quota exceeded for project p-17",
+    ]
+    got = mine_templates(lines)
+    assert got[0] == got[1] == "Failed to connect to the metrics exporter at port <*>"
+    assert got[2] == "Checkpoint upload to bucket refused: quota exceeded for project p-<*>"
