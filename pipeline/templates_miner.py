@@ -21,7 +21,8 @@ MASKS = (
     r"\b0x[0-9a-fA-F]+\b",
     r"\b(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{12,}\b",
     # a date and time of day, together one wildcard
-    r"\b\d{4}-\d\d-\d\d(?:[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?\b|\b\d\d:\d\d:\d\d(?:[.,]\d+)?\b",
+    r"\b\d{4}-\d\d-\d\d(?:[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?\b"
+    r"|\b\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\b|\b\d\d:\d\d:\d\d(?:[.,]\d+)?\b",
     # host:port and IPv4/IPv6 addresses
     r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b",
     r"\[?(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}\]?(?::\d+)?",

@@ -53,6 +53,12 @@ final_segment as (
     select run_id, max(segment) as segment, count(*) as n_lines, min(ts) as first_ts, max(ts) as last_ts
     from lines
     group by all
+    union all by name
+    -- a run of metrics alone (TensorBoard event files, no console log): the last segment of its steps
+    select run_id, max(segment) as segment, 0 as n_lines
+    from step_phases
+    where list_contains($run_ids, run_id) and run_id not in (select run_id from lines)
+    group by all
 ),
 phases as (
     select * from step_phases where list_contains($run_ids, run_id)

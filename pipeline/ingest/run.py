@@ -65,6 +65,11 @@ from .steps import (
     parse_memory_lines,
     parse_step_lines,
 )
+from .tensorboard import SOURCE as TENSORBOARD
+from .tensorboard import is_event_file, read_scalars
+from .wandb_run import MAX_BYTES as WANDB_SIDE_MAX_BYTES
+from .wandb_run import RUN_FIELDS as WANDB_RUN_FIELDS
+from .wandb_run import WandbFiles
 
 LOG_LINES_SCHEMA = pa.schema(
     [
@@ -115,6 +120,7 @@ RUNS_SCHEMA = pa.schema(
     + [(k, pa.int64()) for k in INT_FIELDS]
     + [("gpu_memory_utilization", pa.float64()), ("actor_lr", pa.float64())]
     + [("config_json", pa.string()), ("verl_format", pa.string()), ("ingest_version", pa.int32())]
+    + list(WANDB_RUN_FIELDS)
 )
 KIND_NAMES = pa.array(KINDS, pa.string())
 SOURCE_RANK = "case source when 'console' then 0 when 'seed_kv' then 1 when 'seed_timing' then 1 else 2 end"
@@ -266,6 +272,8 @@ class _RunIngest:
         self.line_problems = LineProblems()
         self.config_dumps: list[ConfigCollector] = []
         self.wandb_config: dict | None = None
+        self.wandb = WandbFiles()
+        self.scratch = scratch
         self.totals = RunTotals()
         self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
         # the metric rows in `step_metrics` form: moved into the lake as they are, unless a (step, key)
@@ -290,10 +298,42 @@ class _RunIngest:
                     kept: list[bytes] = []
                     self._file(pool, name, _kept(chunks, kept, WANDB_CONFIG_MAX_BYTES))
                     self.wandb_config = wandb_config(b"".join(kept), name, self.problems)
+                elif self.wandb.wants(name):
+                    kept = []
+                    self._file(pool, name, _kept(chunks, kept, WANDB_SIDE_MAX_BYTES))
+                    self.wandb.read(name, b"".join(kept), self.problems)
+                elif is_event_file(name):
+                    self._tensorboard(name, chunks)
                 else:
                     self._file(pool, name, chunks)
         self._flush_write()
         self.write_pool.shutdown()
+
+    def _tensorboard(self, name: str, chunks: Iterator[bytes]) -> None:
+        """A TensorBoard event file: its scalars into step_metrics (binary: no log_lines), its times into the run's."""
+
+        def counted(chunks: Iterator[bytes]) -> Iterator[bytes]:
+            for chunk in chunks:
+                self.totals.n_bytes += len(chunk)
+                yield chunk
+
+        t = self.totals
+        for batch in read_scalars(counted(chunks), name, self.scratch, self.problems):
+            n = batch.num_rows
+            out = pa.table({
+                "step": batch.column("step"), "key": batch.column("key"), "value": batch.column("value"),
+                "source": pa.array([TENSORBOARD] * n, pa.string()),
+                # like JSONL rows: a resumed run's later event file wins in the reconcile, by its name
+                "segment": pa.array(np.full(n, -1, dtype=np.int32)),
+                "file": pa.array([name] * n, pa.string()), "line_no": batch.column("record"),
+            })
+            self.raw_writer.write_table(out.cast(STEP_METRICS_SCHEMA))
+            self.n_raw_rows += n
+            self.needs_reconcile = True
+            self.steps.update(pc.unique(batch.column("step")).to_pylist())
+            lo, hi = pc.min_max(batch.column("ts")).values()
+            t.first_ts = lo.as_py() if t.first_ts is None else min(t.first_ts, lo.as_py())
+            t.last_ts = hi.as_py() if t.last_ts is None else max(t.last_ts, hi.as_py())
 
     def _file(self, pool: ThreadPoolExecutor, name: str, chunks: Iterator[bytes]) -> None:
         state = FileState()
@@ -647,7 +687,7 @@ def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | No
         log_path = job.log_writer.commit()
         metrics_path, n_steps, n_values = job.reconcile(warehouse)
         t = job.totals
-        if t.n_lines == 0:
+        if t.n_lines == 0 and n_values == 0:
             job.problems.append("empty run: no lines were read")
         facts = config_facts(t.config, t.total_steps)
         row = {
@@ -664,13 +704,15 @@ def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | No
             "n_parse_failures": t.n_failures,
             "n_segments": t.max_segment + 1,
             "problems": list(job.problems),
-            "first_ts": t.first_ts,
-            "last_ts": t.last_ts,
+            # a W&B capture prints no times of its own: the run's start and last log as W&B saw them
+            "first_ts": t.first_ts if t.first_ts is not None else job.wandb.started_at,
+            "last_ts": t.last_ts if t.last_ts is not None else job.wandb.ended_at,
             "mtime": datetime.fromtimestamp(entry.mtime) if entry.mtime else None,
             "ingested_at": datetime.now().replace(microsecond=0),
             **facts,
             "verl_format": _verl_format(t),
             "ingest_version": INGEST_VERSION,
+            **job.wandb.run_facts(),
         }
         runs_path = write_run_table(
             warehouse, "runs", entry.run_id, pa.Table.from_pylist([row], schema=RUNS_SCHEMA)

@@ -1,0 +1,132 @@
+"""A W&B run folder's side files, read as facts of the run whose console W&B captured in `output.log`.
+
+`wandb/run-<date>_<time>-<id>/files/` (or `offline-run-...`) holds, beside `output.log` and
+`config.yaml` (read by config.py):
+- `wandb-metadata.json`: `startedAt` (UTC, ISO 8601, with or without a `Z`), `host`, `program`, `args`,
+  `gpu`, `gpu_count`, ...;
+- `wandb-summary.json`: the last value W&B received of every logged key, and its own bookkeeping:
+  `_step`, `_runtime` (seconds), `_timestamp` (epoch seconds of the last log), `_wandb.runtime`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+
+SIDE_FILE = re.compile(r"(?:^|/)wandb/(?:offline-)?run-[^/]+/files/(wandb-metadata|wandb-summary)\.json$")
+MAX_BYTES = 8 << 20
+# what the `runs` table gains from a W&B run folder (null without one)
+RUN_FIELDS = pa.schema([
+    ("wandb_run", pa.string()),  # the run folder's name, run-<date>_<time>-<id>
+    ("host", pa.string()),
+    ("started_at", pa.timestamp("us")),
+    ("runtime_s", pa.float64()),
+    ("final_step", pa.int64()),
+    ("final_metrics_json", pa.string()),
+])
+
+
+def _utc(text: Any) -> datetime | None:
+    """A naive UTC datetime from W&B's ISO 8601 text (`2025-11-04T19:23:11.445593Z` or without `Z`)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+@dataclass
+class WandbFiles:
+    """The side files of a W&B run folder, as they are read."""
+
+    run_folder: str | None = None
+    metadata: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+
+    @staticmethod
+    def wants(name: str) -> bool:
+        """Whether `name` is a W&B metadata or summary file."""
+        return SIDE_FILE.search(name) is not None
+
+    def read(self, name: str, data: bytes, problems: list[str]) -> None:
+        """Take in one side file's bytes (the first MAX_BYTES of it)."""
+        if len(data) >= MAX_BYTES:
+            problems.append(f"{name}: larger than {MAX_BYTES >> 20} MB: not read as W&B run facts")
+            return
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            problems.append(f"{name}: W&B file could not be parsed ({type(exc).__name__})")
+            return
+        if not isinstance(doc, dict):
+            problems.append(f"{name}: W&B file holds no JSON object: not read")
+            return
+        kind = SIDE_FILE.search(name).group(1)
+        self.run_folder = name.rsplit("/files/", 1)[0].rsplit("/", 1)[-1]
+        if kind == "wandb-metadata":
+            self.metadata = doc
+        else:
+            self.summary = doc
+
+    @property
+    def started_at(self) -> datetime | None:
+        """When W&B started the run (UTC)."""
+        return _utc(self.metadata.get("startedAt"))
+
+    @property
+    def runtime_s(self) -> float | None:
+        """Seconds the run lasted, as W&B counted them."""
+        runtime = _number(self.summary.get("_runtime"))
+        inner = self.summary.get("_wandb")
+        if runtime is None and isinstance(inner, dict):
+            runtime = _number(inner.get("runtime"))
+        return runtime
+
+    @property
+    def ended_at(self) -> datetime | None:
+        """The last log W&B received (`_timestamp`), else the start plus the runtime (UTC)."""
+        stamp = _number(self.summary.get("_timestamp"))
+        if stamp is not None and math.isfinite(stamp):
+            return datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None)
+        if self.started_at is not None and self.runtime_s is not None:
+            return self.started_at + timedelta(seconds=self.runtime_s)
+        return None
+
+    def final_metrics(self) -> dict[str, float]:
+        """The last value of every logged metric (W&B's own `_` keys left out)."""
+        return {k: float(v) for k, v in sorted(self.summary.items())
+                if not k.startswith("_") and _number(v) is not None}
+
+    def final_metrics_json(self) -> str | None:
+        """final_metrics as JSON, a NaN or infinite last value as null."""
+        final = {k: v if math.isfinite(v) else None for k, v in self.final_metrics().items()}
+        return json.dumps(final, sort_keys=True) if final else None
+
+    def run_facts(self) -> dict[str, Any]:
+        """The `runs` columns of RUN_FIELDS (all null when the run has no W&B folder)."""
+        if self.run_folder is None:
+            return {f.name: None for f in RUN_FIELDS}
+        step = self.summary.get("_step")
+        host = self.metadata.get("host")
+        return {
+            "wandb_run": self.run_folder,
+            "host": str(host) if host is not None else None,
+            "started_at": self.started_at,
+            "runtime_s": self.runtime_s,
+            "final_step": int(step) if isinstance(step, int) and not isinstance(step, bool) else None,
+            "final_metrics_json": self.final_metrics_json(),
+        }
