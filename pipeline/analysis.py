@@ -11,12 +11,15 @@ from pathlib import Path
 
 from dagster import DagsterInstance, materialize
 
+from pipeline.assets import ASSET_CHECKS, ASSETS, FLEET_AFTER_MODEL, FLEET_BEFORE_MODEL, RUN_AFTER_MODEL, RUN_BEFORE_MODEL
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.lake import connect, refresh_catalog
+from pipeline.assets.report import DAY_TAG
+from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.quality import model_age_days, model_refit_due
+from pipeline.resources import bound_resources
+from pipeline.tables import MODEL
 
-RUN_DERIVED = ("step_phases", "step_health", "run_events", "run_summary", "config_findings", "run_advice")
-FLEET_DERIVED = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
 # Dagster's console logger prints every step event at DEBUG; the command line shows a summary instead.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 # Dagster's run tags that select a range of partitions (plain strings, as its docs give them)
@@ -110,14 +113,10 @@ def analyze_archive(
     only the runs it keeps (`--include GLOB`, `--since`, `--until`): the same asset jobs, checks,
     "already done" rule and refit rule as for a whole archive.
     """
-    from pipeline.assets.report import DAY_TAG
-    from pipeline.definitions import build_definitions
-
     started = time.perf_counter()
     day = day or dt.date.today()
-    defs = build_definitions(archive, warehouse, reports, quiet_period_s=quiet_period_s)
-    archive_res = defs.resources["archive"]
-    found = archive_res.discover()
+    resources = bound_resources(archive, warehouse, reports, quiet_period_s)
+    found = resources["archive"].discover()
     wanted = [e for e in found.entries if (include is None or e.run_id in include)
               and (select is None or select.keeps(e))]
     finished = [e for e in wanted if e.finished]
@@ -127,30 +126,27 @@ def analyze_archive(
         run_ids, unchanged = split_changed(finished, warehouse, reports)
     skipped = {**found.skipped, **{e.run_id: "not finished yet" for e in wanted if not e.finished}}
     instance = instance or DagsterInstance.ephemeral()
-    from pipeline.partitions import RUN_PARTITIONS_NAME
-
     existing = set(instance.get_dynamic_partitions(RUN_PARTITIONS_NAME))
     instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, [r for r in run_ids if r not in existing])
     # The range tags select by partition order: one range per stretch of consecutive runs of ours.
     ranges = contiguous_ranges(instance.get_dynamic_partitions(RUN_PARTITIONS_NAME), set(run_ids))
     ordered = [r for stretch in ranges for r in stretch]
 
-    assets = list(defs.assets)
-    resources = defs.resources
-
     def _run(selection: list[str], tags: dict | None = None) -> None:
-        materialize(assets, instance=instance, resources=resources, selection=selection, tags=tags,
+        materialize([*ASSETS, *ASSET_CHECKS], instance=instance, resources=resources, selection=selection, tags=tags,
                     run_config=QUIET_LOGS)
 
+    # Dagster runs one partitions definition per run: the per-run and the fleet assets alternate,
+    # split where the tables read the anomaly model (pipeline/tables.py says which do).
     for stretch in ranges:
         ingest_tags = {**partition_tags(stretch), REINGEST_TAG: "true"} if force else partition_tags(stretch)
-        _run(["runs", "log_lines", "step_metrics", *RUN_DERIVED], ingest_tags)
+        _run(RUN_BEFORE_MODEL, ingest_tags)
     fit = refit or (bool(ordered) and model_refit_due(model_age_days(warehouse)))
     if ordered or fit:
-        _run([*FLEET_DERIVED, "anomaly_model"] if fit else list(FLEET_DERIVED))
+        _run([*FLEET_BEFORE_MODEL, MODEL] if fit else FLEET_BEFORE_MODEL)
     for stretch in ranges:
-        _run(["step_anomalies", "run_report"], partition_tags(stretch))
-    fleet_selection = ["fleet_report", "fleet_report_mail"] if mail else ["fleet_report"]
+        _run([*RUN_AFTER_MODEL, "run_report"], partition_tags(stretch))
+    fleet_selection = [*FLEET_AFTER_MODEL, "fleet_report", *(["fleet_report_mail"] if mail else [])]
     _run(fleet_selection, {DAY_TAG: day.isoformat()})
     refresh_catalog(warehouse)
     fleet_path = Path(reports) / "fleet" / f"{day.isoformat()}.html"

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
-from pipeline import lake
+from pipeline import lake, tables
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "knowledge" / "derive_thresholds.toml"
@@ -32,42 +32,9 @@ ADVICE_FIELDS = {
 ADVICE_ACTIONS = ("halve", "double", "step", "enable", "disable", "set")
 DERIVE_MEMORY_LIMIT = "512MB"
 
-# In dependency order: run_summary reads step_phases, step_health and run_events.
-RUN_TABLES = ("step_phases", "step_health", "run_events", "run_summary", "config_findings", "run_advice")
-FLEET_TABLES = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
-
-# The tables each SQL file reads; only those get a view, since binding a view reads every file's footer.
-_READS = {
-    "step_phases": ("step_metrics", "runs", "log_lines"),
-    "step_health": ("step_metrics",),
-    "run_events": ("log_lines",),
-    "run_summary": ("runs", "log_lines", "step_phases", "run_events", "step_health"),
-    "config_findings": ("runs", "log_lines", "step_metrics", "run_events", "step_health", "run_summary"),
-    "run_advice": ("run_summary", "config_findings"),
-    **{name: ("run_summary", "step_phases") for name in FLEET_TABLES},
-}
-
-# Columns the SQL reads from a table, so a warehouse lacking that table (a run with no step lines
-# at all, say) still derives: the table is stood in by an empty relation of this shape.
-_EMPTY_SHAPES = {
-    "runs": (
-        "run_id varchar, source_path varchar, n_lines bigint, n_segments integer, n_metric_values bigint,"
-        " n_parse_failures bigint, first_ts timestamp, last_ts timestamp, mtime timestamp,"
-        " ingested_at timestamp, project_name varchar, experiment_name varchar, model_path varchar,"
-        " rollout_engine varchar, n_gpus_per_node bigint, nnodes bigint, rollout_n bigint,"
-        " rollout_tp bigint, train_batch_size bigint, ppo_mini_batch_size bigint,"
-        " ppo_micro_batch_size_per_gpu bigint, total_training_steps bigint,"
-        " gpu_memory_utilization double, config_json varchar"
-    ),
-    "log_lines": (
-        "run_id varchar, file varchar, line_no bigint, text varchar, kind varchar, component varchar,"
-        " pid bigint, segment integer, step bigint, phase_hint varchar, ts timestamp"
-    ),
-    "step_metrics": (
-        "run_id varchar, step bigint, key varchar, value double, source varchar, segment integer,"
-        " file varchar, line_no bigint"
-    ),
-}
+# Declared in pipeline/tables.py, in dependency order (run_summary after the tables it reads).
+RUN_TABLES = tables.sql_tables(per_run=True)
+FLEET_TABLES = tables.sql_tables(per_run=False)
 
 
 @functools.cache
@@ -125,11 +92,12 @@ def _connect(warehouse: str | Path, names: Iterable[str]) -> duckdb.DuckDBPyConn
     scratch = Path(warehouse) / ".duckdb-tmp"
     con = duckdb.connect(config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": str(scratch)})
     con.execute("set enable_progress_bar = false")
-    for table in dict.fromkeys(t for name in names for t in _READS[name]):
+    # only the tables the SQL reads get a view: binding a view reads every file's footer
+    for table in dict.fromkeys(t for name in names for t in tables.table(name).reads):
         if lake.table_source(warehouse, table) is not None:
             _refresh_view(con, warehouse, table)
-        elif table in _EMPTY_SHAPES:
-            con.execute(f"create temp table {table} ({_EMPTY_SHAPES[table]})")
+        elif tables.table(table).stand_in:
+            con.execute(f"create temp table {table} ({tables.table(table).stand_in})")
     return con
 
 
@@ -218,6 +186,7 @@ def derive_run_tables(
 def _fleet_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str) -> int:
     data = con.sql(sql_text(name)).to_arrow_table()
     lake.write_fleet_table(warehouse, name, data)
+    _refresh_view(con, warehouse, name)
     return data.num_rows
 
 

@@ -27,7 +27,7 @@ from dagster._utils import iterate_with_context
 from dagster_dask import dask_executor
 from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements, query_on_dask_worker
 
-from pipeline.jobs import PER_RUN_ASSETS
+from pipeline.assets import PER_RUN_ASSETS
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 ROOT = Path(__file__).resolve().parents[1]

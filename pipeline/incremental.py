@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from pipeline import tables
 from pipeline.lake import run_partition_dir
 
 # Per-run outputs that must exist for a run to count as analysed.
 FINAL_TABLES = ("runs", "run_summary", "step_anomalies")
-INGEST_TABLES = ("runs", "log_lines", "step_metrics")  # what ingest writes per run
+INGEST_TABLES = tables.names(writer=tables.INGEST)  # what ingest writes per run
 # A Dagster run tag: ingest every requested run again, even one whose archive entry has not changed.
 REINGEST_TAG = "verl-health/reingest"
 MTIME_TOLERANCE_S = 1e-3

@@ -5,15 +5,10 @@ from pathlib import Path
 from dagster import Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
+from pipeline.assets import NIGHTLY_ASSETS, PER_RUN_ASSETS
 from pipeline.analysis import analyze_archive, entry_root, resolve_entry, verdict
+from pipeline.tables import MODEL
 from pipeline.resources import ArchiveResource, ReportsResource, WarehouseResource
-
-PER_RUN_ASSETS = [
-    "runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
-    "config_findings", "run_advice", "step_anomalies", "run_report",
-]
-FLEET_ASSETS = ["fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines"]
-NIGHTLY_ASSETS = [*FLEET_ASSETS, "fleet_report", "fleet_report_mail", "published_warehouse"]
 
 run_assets_job = define_asset_job(
     "run_assets_job",
@@ -23,7 +18,7 @@ run_assets_job = define_asset_job(
 
 nightly_job = define_asset_job(
     "nightly_job",
-    selection=[*NIGHTLY_ASSETS, "anomaly_model"],
+    selection=[*NIGHTLY_ASSETS, MODEL],
     description="Rebuild the fleet tables, refit the model when due, render and mail the fleet report.",
 )
 

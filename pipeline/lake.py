@@ -17,21 +17,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.tables import names, per_run_tables
+
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
-PER_RUN_TABLES = (
-    "runs",
-    "log_lines",
-    "step_metrics",
-    "step_phases",
-    "step_health",
-    "run_events",
-    "run_summary",
-    "config_findings",
-    "run_advice",
-    "step_anomalies",
-)
-FLEET_TABLES = ("fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines")
 CATALOG_FILE = "warehouse.duckdb"
 
 
@@ -192,9 +181,9 @@ class RunBatchWriter:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def delete_run(warehouse: str | Path, run_id: str, tables: Iterable[str] = PER_RUN_TABLES) -> None:
-    """Remove a run's partitions from every per-run table."""
-    for table in tables:
+def delete_run(warehouse: str | Path, run_id: str, tables: Iterable[str] | None = None) -> None:
+    """Remove a run's partitions from every per-run table (or those of `tables`)."""
+    for table in tables or per_run_tables():
         shutil.rmtree(run_partition_dir(warehouse, table, run_id), ignore_errors=True)
 
 
@@ -249,7 +238,7 @@ def present_tables(
     run_ids = None if run_ids is None else list(run_ids)
     whole = set(whole)
     found = {}
-    for table in PER_RUN_TABLES + FLEET_TABLES:
+    for table in names():
         src = table_source(warehouse, table, None if table in whole else run_ids)
         if src is not None:
             found[table] = src

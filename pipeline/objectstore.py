@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from pipeline.lake import FLEET_TABLES, PER_RUN_TABLES
+from pipeline.tables import fleet_tables, names, per_run_tables
 
 SCHEME = "s3://"
 MANIFEST = ".published.json"
@@ -113,7 +113,7 @@ def _publishable(warehouse: Path) -> dict[str, Path]:
         if any(part.startswith(".") for part in rel.split("/")):
             continue
         top = rel.split("/", 1)[0].removesuffix(".parquet")
-        if top in PER_RUN_TABLES or top in FLEET_TABLES or rel.startswith(EXTRA_PREFIXES):
+        if top in names() or rel.startswith(EXTRA_PREFIXES):
             found[rel] = path
     return found
 
@@ -161,11 +161,11 @@ def remote_tables(url: str, fs: pafs.FileSystem | None = None) -> dict[str, ds.D
     base = bucket_path(url)
     files = _remote_files(fs, base)
     tables: dict[str, ds.Dataset] = {}
-    for table in PER_RUN_TABLES:
+    for table in per_run_tables():
         parts = sorted(f"{base}/{rel}" for rel in files if rel.startswith(f"{table}/run_id=") and rel.endswith(".parquet"))
         if parts:
             tables[table] = _dataset(parts, fs, hive_base=f"{base}/{table}")
-    for table in FLEET_TABLES:
+    for table in fleet_tables():
         if f"{table}.parquet" in files:
             tables[table] = _dataset([f"{base}/{table}.parquet"], fs)
     return tables

@@ -7,27 +7,10 @@ import os
 import time
 from pathlib import Path
 
+from pipeline import tables
 from pipeline.lake import connect
 
 DEFAULT_REFIT_DAYS = 7.0
-
-CONTRACT_COLUMNS = {
-    "runs": {"run_id", "source_path", "n_files", "n_lines", "n_bytes"},
-    "log_lines": {"run_id", "file", "line_no", "text", "kind"},
-    "step_metrics": {"run_id", "step", "key", "value", "source", "segment"},
-    "step_phases": {
-        "run_id", "step", "gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
-        "update_actor", "update_weights", "testing", "save_checkpoint", "step_time", "bottleneck_phase",
-    },
-    "run_events": {"run_id", "file", "line_no", "event_class", "component", "message"},
-    "step_anomalies": {"run_id", "step", "is_anomaly", "score", "anomaly_class", "explanation"},
-    "run_summary": {
-        "run_id", "failure_class", "last_step", "expected_steps", "root_cause_file",
-        "root_cause_line_no", "root_cause_text", "bottleneck_phase", "failure_phase", "stop_reason", "hang_reason",
-        "hang_duration_s",
-    },
-}
-
 
 def lines_conserved(warehouse: str | Path, run_ids: list[str]) -> dict[str, dict]:
     """Runs whose `log_lines` row count differs from the lines in their raw bytes (`runs.n_lines_read`)."""
@@ -99,7 +82,7 @@ def contract_violations(warehouse: str | Path, table: str, run_ids: list[str] | 
     if not _has(con, table):
         return [f"table {table} missing"]
     cols = {c for (c,) in con.execute(f"select column_name from (describe {table})").fetchall()}
-    return sorted(CONTRACT_COLUMNS.get(table, set()) - cols)
+    return sorted(tables.contract(table) - cols)
 
 
 def refit_after_days() -> float:

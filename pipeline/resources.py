@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
 
 
@@ -119,3 +120,49 @@ class SmtpResource(ConfigurableResource):
             "timeout": self.timeout_s,
             "ca_file": self.ca_file or None,
         }
+
+
+def _secret(name: str):
+    """An EnvVar when the variable is set, so secrets never sit in config; empty otherwise."""
+    return EnvVar(name) if os.environ.get(name) else ""
+
+
+def smtp_from_env() -> SmtpResource:
+    """The SMTP resource configured from VERL_HEALTH_SMTP_* / VERL_HEALTH_MAIL_* variables."""
+    env = os.environ
+    return SmtpResource(
+        host=env.get("VERL_HEALTH_SMTP_HOST", ""),
+        port=int(env.get("VERL_HEALTH_SMTP_PORT", "587")),
+        security=env.get("VERL_HEALTH_SMTP_SECURITY", "starttls"),
+        user=_secret("VERL_HEALTH_SMTP_USER"),
+        password=_secret("VERL_HEALTH_SMTP_PASSWORD"),
+        sender=env.get("VERL_HEALTH_MAIL_FROM", "verl-health@localhost"),
+        recipients=[r.strip() for r in env.get("VERL_HEALTH_MAIL_TO", "").split(",") if r.strip()],
+        ca_file=env.get("VERL_HEALTH_SMTP_CA_FILE", ""),
+        reports_url=env.get("VERL_HEALTH_REPORTS_URL", ""),
+    )
+
+
+def archive_from_env(archive: str | Path, quiet_period_s: int = 600) -> ArchiveResource:
+    """The archive resource for `archive`, with the ingest limits of VERL_HEALTH_MAX_RUN_GB / _LINE_MB."""
+    return ArchiveResource(
+        root=str(archive), quiet_period_s=quiet_period_s,
+        max_run_gb=float(os.environ.get("VERL_HEALTH_MAX_RUN_GB", "64")),
+        max_line_mb=float(os.environ.get("VERL_HEALTH_MAX_LINE_MB", "64")),
+    )
+
+
+def bound_resources(
+    archive: str | Path,
+    warehouse: str | Path,
+    reports: str | Path,
+    quiet_period_s: int = 600,
+    smtp: SmtpResource | None = None,
+) -> dict[str, ConfigurableResource]:
+    """The resources every asset, sensor and job uses, bound to the given folders."""
+    return {
+        "archive": archive_from_env(archive, quiet_period_s),
+        "warehouse": WarehouseResource(path=str(warehouse)),
+        "reports": ReportsResource(path=str(reports)),
+        "smtp": smtp or smtp_from_env(),
+    }

@@ -7,9 +7,11 @@ import os
 from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, schedule
 
 from pipeline.assets.report import DAY_TAG
-from pipeline.jobs import NIGHTLY_ASSETS, nightly_job
+from pipeline.assets import NIGHTLY_ASSETS
+from pipeline.jobs import nightly_job
 from pipeline.quality import model_age_days, model_refit_due
 from pipeline.resources import WarehouseResource
+from pipeline.tables import MODEL
 
 NIGHTLY_CRON = os.environ.get("VERL_HEALTH_NIGHTLY_CRON", "0 2 * * *")
 NIGHTLY_TIMEZONE = os.environ.get("VERL_HEALTH_TIMEZONE", "UTC")
@@ -18,7 +20,7 @@ NIGHTLY_TIMEZONE = os.environ.get("VERL_HEALTH_TIMEZONE", "UTC")
 def nightly_selection(model_age: float | None, limit_days: float | None = None) -> list[str]:
     """Assets the nightly run materialises: the model only when it is missing or older than the limit."""
     due = model_refit_due(model_age, limit_days)
-    return [*NIGHTLY_ASSETS, "anomaly_model"] if due else list(NIGHTLY_ASSETS)
+    return [*NIGHTLY_ASSETS, MODEL] if due else list(NIGHTLY_ASSETS)
 
 
 @schedule(

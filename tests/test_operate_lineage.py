@@ -6,9 +6,9 @@ from dagster import AssetKey
 from operate_support import ROOT
 
 from pipeline.definitions import defs
-from pipeline.lake import FLEET_TABLES, PER_RUN_TABLES
+from pipeline.tables import names
 
-TABLES = set(PER_RUN_TABLES) | set(FLEET_TABLES)
+TABLES = set(names())
 
 
 def test_sql_reads_only_declared_upstreams():

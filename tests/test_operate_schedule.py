@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 from dagster import AssetKey, build_schedule_context, materialize
 
-from pipeline.jobs import NIGHTLY_ASSETS
+from pipeline.assets import NIGHTLY_ASSETS
 from pipeline.resources import WarehouseResource
 from pipeline.schedules import nightly_schedule, nightly_selection
 

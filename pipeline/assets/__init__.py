@@ -1,9 +1,44 @@
-"""Dagster assets, one module per layer: ingest, derive, detect, report."""
+"""Dagster assets, one module per layer (ingest, derive, detect, report, publish), and the selections of
+the graph that jobs and `analyze` run, read from the table registry (pipeline/tables.py)."""
 
 import warnings
 
 from dagster import BetaWarning
 
+from pipeline import tables
+
 # Every per-run asset uses BackfillPolicy.single_run() on purpose (one Dagster run for many
 # partitions); the beta notice on each definition would only bury the pipeline's own output.
 warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWarning)
+
+from pipeline.assets.derive import fleet_table_assets, run_table_assets  # noqa: E402
+from pipeline.assets.detect import anomaly_model, anomaly_model_fresh, step_anomalies  # noqa: E402
+from pipeline.assets.ingest import ingested_run  # noqa: E402
+from pipeline.assets.publish import published_warehouse  # noqa: E402
+from pipeline.assets.report import fleet_report, fleet_report_mail, run_report  # noqa: E402
+
+ASSETS = [
+    ingested_run,
+    *run_table_assets,
+    *fleet_table_assets,
+    anomaly_model,
+    step_anomalies,
+    run_report,
+    fleet_report,
+    fleet_report_mail,
+    published_warehouse,
+]
+ASSET_CHECKS = [anomaly_model_fresh]
+
+
+def _split(names: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """Tables that can be built before the anomaly model is fitted, and those that read it."""
+    return [n for n in names if not tables.needs_model(n)], [n for n in names if tables.needs_model(n)]
+
+
+RUN_BEFORE_MODEL, RUN_AFTER_MODEL = _split(tables.per_run_tables())
+FLEET_BEFORE_MODEL, FLEET_AFTER_MODEL = _split(tables.fleet_tables())
+# Per-run assets: a partition per run (the sensor's job)
+PER_RUN_ASSETS = [*tables.per_run_tables(), "run_report"]
+# Fleet assets of the nightly job, the model aside (it is refitted only when due)
+NIGHTLY_ASSETS = [*tables.fleet_tables(), "fleet_report", "fleet_report_mail", "published_warehouse"]

@@ -14,6 +14,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from pipeline import tables
 from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
 from pipeline.lake import table_dir
 from pipeline.partitions import run_partitions
@@ -35,7 +36,7 @@ class AnomalyModelSettings(Config):
     random_state: int = Field(default=AnomalyModelConfig.random_state, description="Fixed seed: refits are repeatable.")
 
 
-@asset(deps=["step_phases", "step_health"], group_name="detect")
+@asset(name=tables.MODEL, deps=tables.MODEL_READS, group_name="detect")
 def anomaly_model(context: AssetExecutionContext, config: AnomalyModelSettings, warehouse: WarehouseResource):
     """Isolation forest fitted on the fleet's ordinary steps, over a summary of every signal each run logged;
     saved with its settings, gate and training range."""
@@ -72,7 +73,8 @@ def anomaly_model_fresh(warehouse: WarehouseResource) -> AssetCheckResult:
 
 
 @asset(
-    deps=["anomaly_model", "step_phases", "step_health"],
+    description=tables.table("step_anomalies").description,
+    deps=tables.table("step_anomalies").reads,
     partitions_def=run_partitions,
     backfill_policy=BackfillPolicy.single_run(),
     group_name="detect",

@@ -12,6 +12,7 @@ from dagster import (
     multi_asset,
 )
 
+from pipeline import tables
 from pipeline.incremental import INGEST_TABLES, REINGEST_TAG, ingest_is_current
 from pipeline.ingest import ingest_run
 from pipeline.partitions import run_partitions
@@ -31,11 +32,7 @@ def _preview(per_run: list[tuple]) -> str:
 
 
 @multi_asset(
-    specs=[
-        AssetSpec("runs", description="One row per run: source, sizes, problems and config facts."),
-        AssetSpec("log_lines", description="Every input line with file, line number and kind."),
-        AssetSpec("step_metrics", description="One value per (step, key), with source and resume segment."),
-    ],
+    specs=[AssetSpec(t, description=tables.table(t).description) for t in INGEST_TABLES],
     check_specs=[
         AssetCheckSpec("lines_conserved", asset="log_lines", blocking=True,
                        description="Lines in equal lines out for every run."),

@@ -1,0 +1,196 @@
+"""Every table of the warehouse, declared once: its layer, what it reads, its contract columns, what it holds.
+
+The lake, derive, the assets and their checks, the jobs, publishing and docs/architecture.md read this
+list. Adding a table is one `Table(...)` entry here plus what writes it: `sql/<name>.sql` for a table
+with `writer="sql"` (derive and its asset follow from the entry), or a Python asset for any other.
+Entries are in dependency order: a table reads only tables declared before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.vocabulary import FAILURE_PHASES
+
+LAYERS = ("raw", "derived", "fleet")
+INGEST = "pipeline.ingest.ingest_run"  # the writer of the tables the ingest asset yields
+# The fitted anomaly model (<warehouse>/models/): not a table, but tables read it like one.
+MODEL = "anomaly_model"
+# The verl timers that step_phases has a column for (`timing_s/step` is `step_time`: `step` is the step number)
+TIMER_PHASES = tuple(p for p in FAILURE_PHASES if p != "startup")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One warehouse table.
+
+    `layer`: raw (ingested from the logs), derived (computed per run) or fleet (computed over every run,
+    rewritten whole). `writer`: "sql" for `sql/<name>.sql`, else the function that writes it.
+    `contract`: the columns other tools may rely on (../shared/DESIGN.md). `stand_in`: the columns
+    (with types) the SQL reads, so derive can stand in an empty table where a warehouse has none.
+    """
+
+    name: str
+    layer: str
+    writer: str
+    reads: tuple[str, ...]
+    contract: tuple[str, ...]
+    description: str
+    stand_in: str = ""
+
+    @property
+    def per_run(self) -> bool:
+        """Whether the table is hive-partitioned by run_id (else one file for the fleet)."""
+        return self.layer != "fleet"
+
+
+TABLES = (
+    Table(
+        "runs", "raw", INGEST, (),
+        ("run_id", "source_path", "n_files", "n_lines", "n_bytes"),
+        "One row per run: source, sizes, problems and config facts.",
+        stand_in=(
+            "run_id varchar, source_path varchar, n_lines bigint, n_segments integer, n_metric_values bigint,"
+            " n_parse_failures bigint, first_ts timestamp, last_ts timestamp, mtime timestamp,"
+            " ingested_at timestamp, project_name varchar, experiment_name varchar, model_path varchar,"
+            " rollout_engine varchar, n_gpus_per_node bigint, nnodes bigint, rollout_n bigint,"
+            " rollout_tp bigint, train_batch_size bigint, ppo_mini_batch_size bigint,"
+            " ppo_micro_batch_size_per_gpu bigint, total_training_steps bigint,"
+            " gpu_memory_utilization double, config_json varchar"
+        ),
+    ),
+    Table(
+        "log_lines", "raw", INGEST, (),
+        ("run_id", "file", "line_no", "text", "kind"),
+        "Every input line with file, line number and kind.",
+        stand_in=(
+            "run_id varchar, file varchar, line_no bigint, text varchar, kind varchar, component varchar,"
+            " pid bigint, segment integer, step bigint, phase_hint varchar, ts timestamp"
+        ),
+    ),
+    Table(
+        "step_metrics", "raw", INGEST, (),
+        ("run_id", "step", "key", "value", "source", "segment"),
+        "One value per (step, key), with source and resume segment.",
+        stand_in=(
+            "run_id varchar, step bigint, key varchar, value double, source varchar, segment integer,"
+            " file varchar, line_no bigint"
+        ),
+    ),
+    Table(
+        "step_phases", "derived", "sql", ("runs", "log_lines", "step_metrics"),
+        ("run_id", "step", *TIMER_PHASES, "step_time", "bottleneck_phase"),
+        "Per step: every verl timer, shares of the step, bottleneck and throughput.",
+    ),
+    Table(
+        "step_health", "derived", "sql", ("step_metrics",),
+        (),
+        "Per step: reward, KL, entropy, losses, grad norm, lengths, memory.",
+    ),
+    Table(
+        "run_events", "derived", "sql", ("log_lines",),
+        ("run_id", "file", "line_no", "event_class", "component", "message"),
+        "Every error and warning with its class, component, step and phase.",
+    ),
+    Table(
+        "run_summary", "derived", "sql", ("runs", "log_lines", "step_phases", "step_health", "run_events"),
+        ("run_id", "failure_class", "last_step", "expected_steps", "root_cause_file", "root_cause_line_no",
+         "root_cause_text", "bottleneck_phase", "failure_phase", "stop_reason", "hang_reason"),
+        "One row per run: failure class, last step, root cause line, bottleneck, goodput.",
+    ),
+    Table(
+        "config_findings", "derived", "sql",
+        ("runs", "log_lines", "step_metrics", "step_health", "run_events", "run_summary"),
+        (),
+        "Configuration problems the logs show, each with its evidence line.",
+    ),
+    Table(
+        "run_advice", "derived", "sql", ("run_summary", "config_findings"),
+        ("run_id", "rank", "setting", "current_value", "suggested_value", "why", "source"),
+        "Per run that did not complete: each configuration change to try, from the run's own value.",
+    ),
+    Table(
+        "fleet_daily", "fleet", "sql", ("run_summary",),
+        (),
+        "Runs per day with failure counts by class.",
+    ),
+    Table(
+        "fleet_weekly", "fleet", "sql", ("run_summary",),
+        (),
+        "Runs per week with failure counts and week-over-week change.",
+    ),
+    Table(
+        "run_baselines", "fleet", "sql", ("run_summary", "step_phases"),
+        (),
+        "Each run's config group, and the run against earlier runs of its experiment, config group and model setup.",
+    ),
+    Table(
+        "fleet_config_groups", "fleet", "sql", ("run_summary", "step_phases", "run_baselines"),
+        (),
+        "Phase shares and step times by config group (as run_baselines names it).",
+    ),
+    Table(
+        "step_anomalies", "derived", "pipeline.detect.score_runs",
+        ("runs", "step_metrics", "step_phases", "step_health", MODEL),
+        ("run_id", "step", "is_anomaly", "score", "anomaly_class", "explanation"),
+        "Every step scored by the fleet's model and the rules, with class, explanation and episode.",
+    ),
+)
+# What the anomaly model is fitted on
+MODEL_READS = ("runs", "step_phases", "step_health")
+
+BY_NAME = {t.name: t for t in TABLES}
+
+
+def table(name: str) -> Table:
+    """The declared table `name` (KeyError for an undeclared one)."""
+    return BY_NAME[name]
+
+
+def names(layer: str | None = None, writer: str | None = None, per_run: bool | None = None) -> tuple[str, ...]:
+    """Names of the declared tables, in dependency order, optionally of one layer, writer or scope."""
+    return tuple(
+        t.name for t in TABLES
+        if (layer is None or t.layer == layer) and (writer is None or t.writer == writer)
+        and (per_run is None or t.per_run == per_run)
+    )
+
+
+def per_run_tables() -> tuple[str, ...]:
+    """Tables partitioned by run_id."""
+    return names(per_run=True)
+
+
+def fleet_tables() -> tuple[str, ...]:
+    """Tables rewritten whole for the fleet."""
+    return names(per_run=False)
+
+
+def sql_tables(per_run: bool | None = None) -> tuple[str, ...]:
+    """Tables computed by `sql/<name>.sql`, in dependency order."""
+    return names(writer="sql", per_run=per_run)
+
+
+def needs_model(name: str) -> bool:
+    """Whether the table reads the anomaly model, directly or through the tables it reads."""
+    reads = table(name).reads
+    return MODEL in reads or any(needs_model(r) for r in reads if r in BY_NAME)
+
+
+def contract(name: str) -> frozenset[str]:
+    """The contract columns of a table; none for a table that is not declared."""
+    return frozenset(BY_NAME[name].contract) if name in BY_NAME else frozenset()
+
+
+def markdown() -> str:
+    """The table list of docs/architecture.md, generated from this registry."""
+    rows = ["| table | layer | written by | reads | contract columns | holds |", "|---|---|---|---|---|---|"]
+    for t in TABLES:
+        writer = f"`sql/{t.name}.sql`" if t.writer == "sql" else f"`{t.writer}`"
+        reads = ", ".join(t.reads) or "the archive"
+        rows.append(f"| `{t.name}` | {t.layer} | {writer} | {reads} | {', '.join(t.contract) or '-'} | {t.description} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown())
