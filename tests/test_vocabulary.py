@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from pipeline import vocabulary
-from pipeline.report.render import CLASS_LABELS
+from pipeline.report.labels import CLASS_LABELS
 
 
 def _design_table(shared_dir, heading: str) -> list[str]:
@@ -34,3 +34,36 @@ def test_stop_reasons_phases_and_anomaly_classes_are_the_design_cards(shared_dir
 def test_every_class_has_a_plain_label():
     assert set(CLASS_LABELS) == set(vocabulary.FAILURE_CLASSES)
     assert set(vocabulary.FAILED_CLASSES) | set(vocabulary.NOT_FAILED) == set(vocabulary.FAILURE_CLASSES)
+
+
+def _sql_texts() -> dict[str, str]:
+    """Each sql/*.sql file's text without its comments."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "sql"
+    return {p.name: re.sub(r"--[^\n]*", "", p.read_text()) for p in sorted(root.glob("*.sql"))}
+
+
+def test_sql_names_only_declared_classes_and_phases():
+    """Where SQL must spell a vocabulary out, every name it spells is declared in pipeline/vocabulary.py."""
+    for name, text in _sql_texts().items():
+        compared = re.findall(r"\bfailure_class\s*(?:=|<>|!=)\s*'(\w+)'", text)
+        listed = [c for group in re.findall(r"failure_class\s+(?:not\s+)?in\s*\(([^)]*)\)", text)
+                  for c in re.findall(r"'(\w+)'", group)]
+        assert set(compared + listed) <= set(vocabulary.FAILURE_CLASSES), (name, set(compared + listed))
+        for group in re.findall(r"failure_class\s+not\s+in\s*\(([^)]*)\)", text):
+            named = set(re.findall(r"'(\w+)'", group))
+            if {"completed", "interrupted"} <= named:  # "did not fail" spelled out: all of it
+                assert named >= set(vocabulary.NOT_FAILED), (name, named)
+    summary = _sql_texts()["run_summary.sql"]
+    mapped = re.findall(r"\('\w+', '(\w+)', \d+, \d+\)", summary)
+    assert mapped and set(mapped) <= set(vocabulary.FAILURE_CLASSES)
+    phases = re.findall(r"\('timing(?:_s)?/\w+', '(\w+)', \d+\)", _sql_texts()["step_phases.sql"])
+    assert set(phases) == set(vocabulary.FAILURE_PHASES) - {"startup"} | {"step_time"}
+
+
+def test_fleet_tables_count_every_class():
+    """fleet_daily and fleet_weekly have a count column for each failure class of the vocabulary."""
+    for name in ("fleet_daily.sql", "fleet_weekly.sql"):
+        counted = re.findall(r"filter \(where (?:\w+\.)?failure_class = '(\w+)'\) as (\w+)", _sql_texts()[name])
+        assert {c for c, col in counted if c == col} == set(vocabulary.FAILURE_CLASSES), name
