@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         import joblib
 
         from pipeline.detect import score_runs
-        from pipeline.detect.model import model_paths
+        from pipeline.detect.warehouse import model_paths
         from pipeline.lake import write_run_table
 
         with tempfile.TemporaryDirectory() as tmp:

@@ -10,7 +10,9 @@ import pyarrow as pa
 import pytest
 
 from pipeline.detect import AnomalyModelConfig, build_features, decide, fit_model, score_frame
-from pipeline.detect.model import FittedModel, fit_anomaly_model, model_matrix, score_runs
+from pipeline.detect.drivers import step_drivers
+from pipeline.detect.model import FittedModel, model_matrix
+from pipeline.detect.warehouse import fit_anomaly_model, score_runs
 from pipeline.lake import connect, write_run_table
 from tests.detect_runs import extra_signals, make_run, to_metrics
 
@@ -60,6 +62,41 @@ def test_an_anomaly_no_rule_names_is_flagged_other_and_explained(fitted):
     assert 6 < vf["value"] / vf["baseline"] < 25
     assert flagged["explanation"].nunique() == 1  # one explanation for the episode, from its peak
     assert run["score"].notna().all()  # every step is ranked
+
+
+def test_an_other_episode_quotes_each_signal_at_its_extreme(fitted):
+    """The families come from the model's peak step; each key is quoted where it is most extreme in the
+    episode (here the planted critic loss: its highest value among the flagged steps, from the fixture)."""
+    model, phases, health, metrics = fitted
+    result = score_frame(phases, health, model, metrics=metrics)
+    episode = result[(result["run_id"] == PLANTED) & result["is_anomaly"] & (result["anomaly_class"] == "other")]
+    vf = metrics[(metrics["run_id"] == PLANTED) & (metrics["key"] == "critic/vf_loss")].set_index("step")["value"]
+    peak = int(vf.loc[episode["step"]].idxmax())
+    assert f"critic/vf_loss {vf.loc[peak]:.4g} at step {peak}, " in episode["explanation"].iloc[0]
+    keys = [k for d in json.loads(episode["drivers"].iloc[0]) for k in d["keys"] if k["key"] == "critic/vf_loss"]
+    assert keys[0]["step"] == peak and keys[0]["value"] == pytest.approx(vf.loc[peak])
+
+
+class TopScore(FittedModel):
+    """A model that scores a step by its largest family move (sig_top / 10)."""
+
+    def __init__(self):
+        super().__init__(forest=object(), features=("sig_top",), floor=np.zeros(1), gate=0.5, typical_score=0.4,
+                         thresholds={})
+
+    def scores(self, features: pd.DataFrame) -> np.ndarray:
+        return features["sig_top"].to_numpy(dtype=float) / 10
+
+
+def test_a_family_cites_its_most_moved_key_and_a_second_only_past_its_noise():
+    rows = pd.DataFrame({"run_id": "r", "step": 5, "key": ["critic/vf_loss", "critic/grad_norm", "critic/values/mean"],
+                         "family": "critic", "value": [1.2, 21.0, 3.0], "baseline": [0.1, 20.0, 1.0],
+                         "z": [9.0, 0.5, 5.0], "zs": [9.0, 0.4, 4.0]})
+    drivers = step_drivers(TopScore(), rows)
+    assert drivers[0]["family"] == "critic" and drivers[0]["contribution"] == pytest.approx(0.9)
+    assert [k["key"] for k in drivers[0]["keys"]] == ["critic/vf_loss", "critic/values/mean"]
+    rows.loc[2, "zs"] = 2.0  # within its noise: not cited beside the family's lead
+    assert [k["key"] for k in step_drivers(TopScore(), rows)[0]["keys"]] == ["critic/vf_loss"]
 
 
 def test_without_the_forest_the_anomaly_goes_unnoticed(fitted):

@@ -1,20 +1,13 @@
 """Detect layer: features, rules, the isolation forest, explanations, advice and evaluation."""
 
+from pipeline.detect.decide import decide
 from pipeline.detect.evaluate import add_evaluate_arguments, evaluate, run_evaluate
 from pipeline.detect.explain import advice_for, advice_text, episodes
 from pipeline.detect.features import build_features
-from pipeline.detect.model import (
-    AnomalyModelConfig,
-    FittedModel,
-    ModelInfo,
-    decide,
-    fit_anomaly_model,
-    fit_model,
-    load_model,
-    score_frame,
-    score_runs,
-)
+from pipeline.detect.model import AnomalyModelConfig, FittedModel, fit_model
 from pipeline.detect.rules import apply_rules, load_rules
+from pipeline.detect.step_anomalies import score_frame
+from pipeline.detect.warehouse import ModelInfo, fit_anomaly_model, load_model, score_runs
 
 __all__ = [
     "AnomalyModelConfig",

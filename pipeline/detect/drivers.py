@@ -15,17 +15,19 @@ import json
 import numpy as np
 import pandas as pd
 
-from pipeline.detect.signals import FAMILY_NAMES, step_summary
+from pipeline.detect.peaks import move_phrase
+from pipeline.detect.signals import FAMILY_NAMES, MOVED_Z, step_summary
 
 TOP_FAMILIES = 3
 KEYS_PER_FAMILY = 2
 MIN_CONTRIBUTION = 0.01  # a family after the first is cited only when it moves the score this much
 
 
-def _describe(key: str, value: float, baseline: float, z: float) -> str:
-    if value > 0 and baseline > 0 and not 0.67 < value / baseline < 1.5:
-        return f"{key} {value / baseline:.1f}x the run's baseline (z {z:+.1f})"
-    return f"{key} {value:.4g} (baseline {baseline:.4g}, z {z:+.1f})"
+def _describe(key: dict) -> str:
+    """A cited key at its extreme in the episode: value, step, against the run's baseline there, z."""
+    move = move_phrase(key["value"], key["baseline"], "the run's baseline")
+    sep = " " if move.startswith("(") else ", "
+    return f"{key['key']} {key['value']:.4g} at step {key['step']}{sep}{move} (z {key['z']:+.1f})"
 
 
 def step_drivers(model, rows: pd.DataFrame) -> list[dict]:
@@ -56,11 +58,15 @@ def step_drivers(model, rows: pd.DataFrame) -> list[dict]:
         if contribution <= 0 or (out and contribution < MIN_CONTRIBUTION):
             break
         fam_rows = rows[family == present[k]]
-        top = fam_rows.iloc[np.argsort(-np.abs(np.nan_to_num(fam_rows["zs"].to_numpy(dtype=float))))[:KEYS_PER_FAMILY]]
+        moved = np.abs(np.nan_to_num(fam_rows["zs"].to_numpy(dtype=float)))
+        order = np.argsort(-moved)[:KEYS_PER_FAMILY]
+        # the family's most moved key always; a second one only when it moved past its noise too
+        top = fam_rows.iloc[order[(np.arange(len(order)) == 0) | (moved[order] > MOVED_Z)]]
         out.append({
             "family": FAMILY_NAMES[present[k]],
             "contribution": round(contribution, 4),
-            "keys": [{"key": str(r.key), "value": float(r.value), "baseline": float(r.baseline), "z": round(float(r.z), 2)}
+            "keys": [{"key": str(r.key), "value": float(r.value), "baseline": float(r.baseline), "z": round(float(r.z), 2),
+                      "step": int(r.step)}
                      for r in top.itertuples()],
         })
     return out
@@ -73,26 +79,45 @@ def drivers_text(drivers: list[dict], score: float, typical: float, step: int) -
         return head + "; no single signal family explains it"
     parts = []
     for d in drivers:
-        keys = ", ".join(_describe(k["key"], k["value"], k["baseline"], k["z"]) for k in d["keys"])
+        keys = ", ".join(_describe(k) for k in d["keys"])
         parts.append(f"{d['family']} signals (-{d['contribution']:.2f} without them): {keys}")
     return head + "; " + "; ".join(parts)
 
 
 def episode_explanations(model, signals: pd.DataFrame, result: pd.DataFrame) -> tuple[dict, dict]:
     """For each `other` episode of `result` (decide's output with run_id, step, score, episode_id):
-    (explanation text, drivers JSON) keyed by (run_id, episode_id), from the episode's peak step."""
+    (explanation text, drivers JSON) keyed by (run_id, episode_id). The families come from the
+    episode's peak step (highest score); each cited key is quoted at its own extreme in the episode
+    (`at_extreme`)."""
     texts, payloads = {}, {}
     other = result[result["is_anomaly"].to_numpy(dtype=bool) & (result["anomaly_class"] == "other")]
     if other.empty or signals is None or signals.empty:
         return texts, payloads
     peaks = other.loc[other.groupby(["run_id", "episode_id"])["score"].idxmax()]
-    wanted = pd.MultiIndex.from_frame(peaks[["run_id", "step"]].astype({"run_id": str, "step": "int64"}))
+    wanted = pd.MultiIndex.from_frame(other[["run_id", "step"]].astype({"run_id": str, "step": "int64"}))
     at = pd.MultiIndex.from_arrays([signals["run_id"].astype(str), signals["step"].astype("int64")])
     rows = signals[at.isin(wanted)]
-    by_step = {k: g for k, g in rows.groupby([rows["run_id"].astype(str), "step"], observed=True)}
+    episode = pd.Series(other["episode_id"].to_numpy(), index=wanted).reindex(at[at.isin(wanted)]).to_numpy()
+    by_episode = {k: g for k, g in rows.groupby([rows["run_id"].astype(str).to_numpy(), episode], observed=True)}
     for peak in peaks.itertuples():
-        drivers = step_drivers(model, by_step.get((str(peak.run_id), int(peak.step)), rows.iloc[:0]))
+        mine = by_episode.get((str(peak.run_id), peak.episode_id), rows.iloc[:0])
+        drivers = at_extreme(step_drivers(model, mine[mine["step"] == peak.step]), mine)
         key = (peak.run_id, peak.episode_id)
         texts[key] = drivers_text(drivers, float(peak.score), model.typical_score, int(peak.step))
         payloads[key] = json.dumps(drivers)
     return texts, payloads
+
+
+def at_extreme(drivers: list[dict], rows: pd.DataFrame) -> list[dict]:
+    """`drivers` with each key's value, baseline and z taken at the step of the episode (`rows`: its
+    signal_z rows) where the key is most extreme the way it moved at the peak (highest if it rose,
+    lowest if it fell), and that step."""
+    for d in drivers:
+        for k in d["keys"]:
+            series = rows[rows["key"] == k["key"]]
+            values = series["value"].to_numpy(dtype=float) * (1.0 if k["z"] >= 0 else -1.0)
+            best = series.iloc[int(np.nanargmax(values))] if np.isfinite(values).any() else None
+            if best is not None:
+                k.update(value=float(best["value"]), baseline=float(best["baseline"]), z=round(float(best["z"]), 2),
+                         step=int(best["step"]))
+    return drivers

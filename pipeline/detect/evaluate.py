@@ -17,11 +17,13 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 from sklearn.ensemble import IsolationForest
 
+from pipeline.detect.decide import decide
 from pipeline.detect.features import build_features
-from pipeline.detect.model import AnomalyModelConfig, FittedModel, decide, fit_model, score_frame
+from pipeline.detect.model import AnomalyModelConfig, FittedModel, fit_model
 from pipeline.detect.real_logs import DEFAULT_DIR, RealLogs, load_healthy
 from pipeline.detect.rules import load_rules
 from pipeline.detect.scoring import Scores, score_predictions
+from pipeline.detect.step_anomalies import score_frame
 from pipeline.simulate.metric_keys import validation_keys
 from pipeline.simulate.unnamed import TUNED_KINDS, UNNAMED_KINDS, add_unnamed_episodes
 from pipeline.simulate.vocab import ANOMALY_CLASSES

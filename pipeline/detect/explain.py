@@ -69,17 +69,20 @@ CLASS_CHANNELS = {
     "response_length_collapse": ("response_length_mean",),
     "reward_collapse": ("reward_mean",),
 }
+NOTHING_CITED = "unusual combination of metrics (model score)"
 CITE_Z = 4.0  # other channels are cited when this far from their baseline, the bad way
 BAD_SIGN = {c: -1.0 if c in FALLING or c == "throughput" else 1.0 for c in EXPLAIN_CHANNELS}
 
 
 def explain_steps(
-    features: pd.DataFrame, raw: pd.DataFrame, flagged: np.ndarray, classes: np.ndarray, top: int = 3
+    features: pd.DataFrame, raw: pd.DataFrame, flagged: np.ndarray, classes: np.ndarray, top: int = 3,
+    lead_cited: bool = False,
 ) -> np.ndarray:
     """A sentence per flagged step naming the features that moved and by how much; None elsewhere.
 
     The step's class's own channels come first, then any other channel past CITE_Z, largest
-    first. `raw` holds the untransformed channel values aligned with `features` (same index).
+    first. `raw` holds the untransformed channel values aligned with `features` (same rows).
+    With `lead_cited` the class's first channel is left out (the episode's peak cites it).
     """
     out = np.full(len(features), None, dtype=object)
     idx = np.flatnonzero(flagged)
@@ -101,8 +104,10 @@ def explain_steps(
         parts = []
         if nonfinite[k] > 0:
             parts.append(f"non-finite values in {int(nonfinite[k])} metric(s)")
-        cited = [c for c in CLASS_CHANNELS.get(classes[row], ()) if np.isfinite(raw_vals[c][k])]
-        cited += [EXPLAIN_CHANNELS[j] for j in order[k] if zmat[k, j] >= CITE_Z and EXPLAIN_CHANNELS[j] not in cited]
+        own = CLASS_CHANNELS.get(classes[row], ())
+        cited = [c for c in own[int(lead_cited):] if np.isfinite(raw_vals[c][k])]
+        skip = set(cited) | set(own[:int(lead_cited)])
+        cited += [EXPLAIN_CHANNELS[j] for j in order[k] if zmat[k, j] >= CITE_Z and EXPLAIN_CHANNELS[j] not in skip]
         for c in cited[: max(0, top - len(parts))]:
             if np.isfinite(bases[c][k]) and zmat[k, col[c]] != 0:
                 parts.append(_describe(c, raw_vals[c][k], bases[c][k], ratios[c][k]))
@@ -113,7 +118,7 @@ def explain_steps(
             parts.append(f"GPU memory {100 * mem[k]:.0f}% used")
         if clip[k] > 0.25:
             parts.append(f"clip fraction {clip[k]:.2f}")
-        out[row] = "; ".join(parts) if parts else "unusual combination of metrics (model score)"
+        out[row] = "; ".join(parts) if parts else NOTHING_CITED
     return out
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.detect.model import read_metrics, read_table
+from pipeline.detect.warehouse import read_metrics, read_table
 
 DEFAULT_DIR = Path(__file__).resolve().parents[3] / "shared" / "real-logs"
 

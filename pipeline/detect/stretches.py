@@ -1,0 +1,49 @@
+"""Stretches of consecutive steps of one run, on arrays sorted by run and step: numbering, lengths, growth."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# The opening steps of a run that starts off are a transient: the model does not call them `other`
+# (the rules still judge them).
+OPENING_STEPS, OPENING_SHARE = 10, 0.05
+
+
+def run_starts(runs: np.ndarray) -> np.ndarray:
+    """True on each run's first row."""
+    return np.r_[True, runs[1:] != runs[:-1]] if len(runs) else np.zeros(0, bool)
+
+
+def stretch_ids(runs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """A number per stretch of consecutive `mask` rows of one run (0 outside)."""
+    prev = np.r_[False, mask[:-1]]
+    return np.where(mask, np.cumsum(mask & (run_starts(runs) | ~prev)), 0)
+
+
+def stretch_lengths(runs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per row, the length of the stretch of consecutive `mask` rows of its run it belongs to (0 outside)."""
+    ids = stretch_ids(runs, mask)
+    return np.where(mask, np.bincount(ids)[ids], 0)
+
+
+def grow(runs: np.ndarray, seed: np.ndarray, loose: np.ndarray) -> np.ndarray:
+    """Steps in a run of consecutive `loose` steps that contains a `seed` step (hysteresis)."""
+    comp = stretch_ids(runs, loose | seed)
+    has_seed = np.bincount(comp, weights=seed.astype(float), minlength=comp.max() + 1) > 0
+    has_seed[0] = False
+    return has_seed[comp]
+
+
+def opening(runs: np.ndarray, moved: np.ndarray) -> np.ndarray:
+    """Rows in the opening transient of a run that starts off: its first max(OPENING_STEPS,
+    OPENING_SHARE of its rows) rows, when some signal is already past its noise (`moved`) in its first
+    three rows. Training's opening is a transient (the critic warms up, the first validations precede
+    learning) that is off from the first step and settles; a run that starts in line has no such
+    excuse for what comes next."""
+    starts = np.flatnonzero(run_starts(runs))
+    sizes = np.diff(np.r_[starts, len(runs)])
+    position = np.arange(len(runs)) - np.repeat(starts, sizes)
+    starts_off = np.bincount(np.repeat(np.arange(len(starts)), sizes), weights=(moved & (position < 3)).astype(float),
+                             minlength=len(starts)) > 0
+    window = np.maximum(OPENING_STEPS, OPENING_SHARE * sizes)
+    return np.repeat(starts_off, sizes) & (position < np.repeat(window, sizes))
