@@ -1,25 +1,26 @@
--- Phase shares, step times and failure rates by config group (model, rollout engine, GPUs, rollout n).
+-- Phase shares, step times and failure rates by config group, as run_baselines names each run's group.
 with run as (
     select
-        run_id, failure_class, goodput,
-        coalesce(model_path, '?') as model_path,
-        coalesce(rollout_engine, '?') as rollout_engine,
-        coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1) as n_gpus,
-        coalesce(rollout_n, 1) as rollout_n
-    from run_summary
+        b.run_id, b.config_group, b.model, b.algorithm, b.rollout_n, b.train_batch_size, b.ppo_mini_batch_size,
+        b.n_gpus, b.rollout_engine, s.failure_class, s.goodput
+    from run_baselines as b
+    join run_summary as s using (run_id)
 ),
 runs_by_group as (
     select
-        model_path, rollout_engine, n_gpus, rollout_n,
+        config_group, model, algorithm, rollout_n, train_batch_size, ppo_mini_batch_size, n_gpus, rollout_engine,
         count(*) as runs,
-        count(*) filter (where failure_class <> 'completed')::double / count(*) as failure_rate,
-        avg(goodput) as mean_goodput
+        count(*) filter (where failure_class not in ('completed', 'interrupted', 'no_outcome')) as failed,
+        count(*) filter (where failure_class not in ('completed', 'interrupted', 'no_outcome'))::double
+        / count(*) as failure_rate,
+        avg(goodput) as mean_goodput,
+        median(goodput) as median_goodput
     from run
     group by all
 ),
 steps_by_group as (
     select
-        r.model_path, r.rollout_engine, r.n_gpus, r.rollout_n,
+        r.config_group,
         count(*) as steps,
         median(p.step_time) as median_step_s,
         quantile_cont(p.step_time, 0.9) as p90_step_s,
@@ -34,22 +35,37 @@ steps_by_group as (
     from step_phases as p
     join run as r using (run_id)
     group by all
+),
+shares as (
+    select
+        *,
+        gen / nullif(inside_s, 0) as share_gen,
+        reward / nullif(inside_s, 0) as share_reward,
+        old_log_prob / nullif(inside_s, 0) as share_old_log_prob,
+        ref / nullif(inside_s, 0) as share_ref,
+        "values" / nullif(inside_s, 0) as share_values,
+        adv / nullif(inside_s, 0) as share_adv,
+        update_critic / nullif(inside_s, 0) as share_update_critic,
+        update_actor / nullif(inside_s, 0) as share_update_actor,
+        update_weights / nullif(inside_s, 0) as share_update_weights,
+        other_time / nullif(inside_s, 0) as share_other
+    from steps_by_group
 )
 select
-    g.model_path, g.rollout_engine, g.n_gpus, g.rollout_n,
-    g.runs, g.failure_rate, g.mean_goodput,
+    g.config_group, g.model, g.algorithm, g.rollout_n, g.train_batch_size, g.ppo_mini_batch_size, g.n_gpus,
+    g.rollout_engine,
+    g.runs, g.failed, g.failure_rate, g.mean_goodput, g.median_goodput,
     coalesce(s.steps, 0) as steps,
     s.median_step_s, s.p90_step_s, s.median_throughput,
-    s.gen / nullif(s.inside_s, 0) as share_gen,
-    s.reward / nullif(s.inside_s, 0) as share_reward,
-    s.old_log_prob / nullif(s.inside_s, 0) as share_old_log_prob,
-    s.ref / nullif(s.inside_s, 0) as share_ref,
-    s."values" / nullif(s.inside_s, 0) as share_values,
-    s.adv / nullif(s.inside_s, 0) as share_adv,
-    s.update_critic / nullif(s.inside_s, 0) as share_update_critic,
-    s.update_actor / nullif(s.inside_s, 0) as share_update_actor,
-    s.update_weights / nullif(s.inside_s, 0) as share_update_weights,
-    s.other_time / nullif(s.inside_s, 0) as share_other
+    s.share_gen, s.share_reward, s.share_old_log_prob, s.share_ref, s.share_values, s.share_adv,
+    s.share_update_critic, s.share_update_actor, s.share_update_weights, s.share_other,
+    -- the phase with the largest share of the step timer (other time is not a phase)
+    (select arg_max(v.phase, v.share) from (values
+        ('gen', s.share_gen), ('reward', s.share_reward), ('old_log_prob', s.share_old_log_prob),
+        ('ref', s.share_ref), ('values', s.share_values), ('adv', s.share_adv),
+        ('update_critic', s.share_update_critic), ('update_actor', s.share_update_actor),
+        ('update_weights', s.share_update_weights)
+    ) as v(phase, share) where v.share > 0) as bottleneck_phase
 from runs_by_group as g
-left join steps_by_group as s using (model_path, rollout_engine, n_gpus, rollout_n)
-order by g.runs desc, g.model_path, g.rollout_engine, g.n_gpus, g.rollout_n
+left join shares as s using (config_group)
+order by g.runs desc, g.config_group

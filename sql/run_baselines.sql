@@ -1,16 +1,40 @@
--- Each run against the runs that started before it: of the same experiment, and of the same config
--- group (model, rollout engine, GPUs, rollout n). Ratios above 1 mean this run is slower / spends more.
--- Its outcome columns also give a run report the earlier runs of its experiment from one small file.
-with run as (
+-- Each run against the runs that ended before it: of the same experiment; of the same config group, the
+-- settings that fix a step's work (model, algorithm, rollout n, batch and mini-batch size, GPUs, rollout
+-- engine); and of the same model setup (model, algorithm, engine), whose tokens per second per GPU compare
+-- across batch sizes and GPU counts. Ratios above 1 mean this run is slower / spends more of its step.
+-- This is the one place a run's config group is named: fleet_config_groups and the reports read it here.
+with throughput as (
+    select run_id, median(throughput) as throughput, median(mfu_actor) as mfu_actor
+    from step_phases
+    group by run_id
+),
+run as (
     select
-        run_id, experiment_name, failure_class, last_step, expected_steps, goodput, bottleneck_phase,
+        s.run_id, experiment_name, failure_class, last_step, expected_steps, goodput, bottleneck_phase,
         median_step_s, share_gen, share_old_log_prob, share_update_actor, share_other,
+        t.throughput, t.mfu_actor,
         coalesce(first_ts, mtime, ingested_at) as started_at,
-        coalesce(last_ts, mtime) as ended_at,
-        concat_ws(' | ', coalesce(model_path, '?'), coalesce(rollout_engine, '?'),
-                  (coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1))::varchar || ' GPUs',
-                  'n=' || coalesce(rollout_n, 1)::varchar) as config_group
-    from run_summary
+        coalesce(last_ts, mtime, ingested_at) as ended_at,
+        -- the model by its name, wherever its files were: /mnt/hf/Qwen2.5-7B and Qwen/Qwen2.5-7B are one model
+        coalesce(nullif(regexp_extract(rtrim(model_path, '/'), '[^/]+$'), ''), '?') as model,
+        coalesce(adv_estimator, '?') as algorithm,
+        coalesce(rollout_n, 1) as rollout_n,
+        train_batch_size,
+        ppo_mini_batch_size,
+        coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1) as n_gpus,
+        coalesce(rollout_engine, '?') as rollout_engine
+    from run_summary as s
+    left join throughput as t using (run_id)
+),
+grouped as (
+    select
+        *,
+        concat_ws(' · ', model, algorithm, 'n=' || rollout_n,
+                  'batch ' || coalesce(train_batch_size::varchar, '?') || '/'
+                  || coalesce(ppo_mini_batch_size::varchar, '?'),
+                  n_gpus::varchar || ' GPUs', rollout_engine) as config_group,
+        concat_ws(' · ', model, algorithm, rollout_engine) as model_setup
+    from run
 ),
 baselines as (
     select
@@ -26,17 +50,23 @@ baselines as (
         avg(share_gen) over g as group_share_gen,
         avg(share_old_log_prob) over g as group_share_old_log_prob,
         avg(share_update_actor) over g as group_share_update_actor,
-        avg(share_other) over g as group_share_other
-    from run
+        avg(share_other) over g as group_share_other,
+        count(throughput) over m as setup_prior_runs,
+        median(throughput) over m as setup_throughput,
+        median(mfu_actor) over m as setup_mfu_actor
+    from grouped
     window
-        e as (partition by experiment_name order by started_at, run_id
+        e as (partition by experiment_name order by ended_at, run_id
               rows between unbounded preceding and 1 preceding),
-        g as (partition by config_group order by started_at, run_id
+        g as (partition by config_group order by ended_at, run_id
+              rows between unbounded preceding and 1 preceding),
+        m as (partition by model_setup order by ended_at, run_id
               rows between unbounded preceding and 1 preceding)
 )
 select
-    run_id, experiment_name, config_group, started_at, ended_at, failure_class, last_step, expected_steps,
-    goodput, bottleneck_phase, median_step_s,
+    run_id, experiment_name, config_group, model_setup, model, algorithm, rollout_n, train_batch_size,
+    ppo_mini_batch_size, n_gpus, rollout_engine, started_at, ended_at, failure_class, last_step, expected_steps,
+    goodput, bottleneck_phase, median_step_s, throughput, mfu_actor,
     exp_prior_runs,
     exp_median_step_s,
     median_step_s / nullif(exp_median_step_s, 0) as exp_step_ratio,
@@ -50,6 +80,11 @@ select
     share_gen / nullif(group_share_gen, 0) as group_gen_share_ratio,
     share_old_log_prob / nullif(group_share_old_log_prob, 0) as group_old_log_prob_share_ratio,
     share_update_actor / nullif(group_share_update_actor, 0) as group_update_actor_share_ratio,
-    share_other / nullif(group_share_other, 0) as group_other_share_ratio
+    share_other / nullif(group_share_other, 0) as group_other_share_ratio,
+    setup_prior_runs,
+    setup_throughput,
+    setup_mfu_actor,
+    -- above 1: this run moves fewer tokens per second per GPU than earlier runs of its model setup
+    setup_throughput / nullif(throughput, 0) as setup_slowdown_ratio
 from baselines
-order by started_at, run_id
+order by ended_at, run_id

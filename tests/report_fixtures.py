@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline import lake
+from pipeline import derive, lake
 
 PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
           "update_weights")
@@ -52,6 +52,8 @@ class RunSpec:
     with_logs: bool = True
     model_path: str = "Qwen/Qwen2.5-7B-Instruct"
     n_gpus_per_node: int = 8
+    train_batch_size: int = 256
+    mfu_actor: float = 0.35
 
 
 def _phase_times(rng, n: int, step_s: float) -> dict[str, np.ndarray]:
@@ -94,7 +96,9 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
     cols["bottleneck_phase"] = np.array(["gen"] * n, dtype=object)
     cols["total_tokens"] = np.full(n, 250_000.0)
     cols["throughput"] = cols["total_tokens"] / (step_time * spec.n_gpus_per_node)
-    put("step_phases", pa.table(cols))
+    cols["mfu_actor"] = np.full(n, spec.mfu_actor)
+    # a timer the run did not log is NULL in step_phases, as the SQL writes it (NaN is a logged NaN)
+    put("step_phases", pa.table({k: pa.array(v, from_pandas=True) for k, v in cols.items()}))
 
     t = steps / max(n, 1)
     health = {
@@ -196,7 +200,8 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
     config = {"project_name": "verl-demo", "experiment_name": experiment, "model_path": spec.model_path,
               "rollout_engine": "vllm", "adv_estimator": "grpo", "strategy": "fsdp",
               "n_gpus_per_node": spec.n_gpus_per_node,
-              "nnodes": 1, "rollout_n": 8, "train_batch_size": 256, "max_response_length": 2048,
+              "nnodes": 1, "rollout_n": 8, "train_batch_size": spec.train_batch_size,
+              "ppo_mini_batch_size": 64, "max_response_length": 2048,
               "gpu_memory_utilization": 0.6, "total_training_steps": expected}
     wall = float(np.nansum(step_time))
     started = spec.ended_at - timedelta(seconds=wall)
@@ -252,9 +257,10 @@ def every_class_specs(day: datetime = datetime(2026, 11, 28, 12, 0)) -> list[Run
 
 
 def build_warehouse(warehouse: Path, specs: list[RunSpec]) -> Path:
-    """Write all runs and return the warehouse folder."""
+    """Write all runs, derive the fleet tables from them with the project's SQL, return the warehouse folder."""
     for spec in specs:
         write_run(warehouse, spec)
+    derive.derive_fleet_tables(warehouse)
     return warehouse
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 from datetime import date
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from report_fixtures import build_warehouse, every_class_specs
 
+from pipeline import lake
 from pipeline.report import render_fleet_report, render_run_report
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -33,6 +36,10 @@ def _require_browser() -> None:
 def reports(tmp_path_factory):
     root = tmp_path_factory.mktemp("browser")
     warehouse = build_warehouse(root / "wh", every_class_specs())
+    steps = [10, 20, 30]
+    lake.write_run_table(warehouse, "step_metrics", "run-anomalous", pa.table({
+        "step": pa.array(steps, pa.int64()), "key": ["val-core/lighteval/MATH/acc/mean@4"] * 3,
+        "value": [0.31, 0.42, 0.40], "source": ["console"] * 3, "segment": pa.array([0] * 3, pa.int32())}))
     out = root / "reports"
     for run_id in ("run-cuda-oom", "run-anomalous", "run-hostile"):
         render_run_report(warehouse, run_id, out)
@@ -61,13 +68,17 @@ def driver(tmp_path_factory):
         drv.quit()
 
 
-def _open_and_check(driver, page: Path, shot: Path, min_images: int) -> None:
+def _open_and_check(driver, page: Path, shot: Path, min_charts: int) -> None:
     driver.get(page.resolve().as_uri())
     assert driver.execute_script("return document.readyState") == "complete"
+    # a chart is an image (the fleet's, which mail clients show) or inline SVG (the run report's)
+    drawn = driver.execute_script(
+        "return Array.from(document.querySelectorAll('[data-chart]')).filter(c => c.tagName === 'IMG'"
+        " || c.querySelector('svg')).length")
+    assert drawn >= min_charts
     images = driver.execute_script(
         "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight, i.alt])"
     )
-    assert len(images) >= min_images
     broken = [alt for complete, width, height, alt in images if not (complete and width > 0 and height > 0)]
     assert not broken, f"images that failed to load: {broken}"
     failed = driver.execute_script(
@@ -99,17 +110,17 @@ def _open_and_check(driver, page: Path, shot: Path, min_images: int) -> None:
 
 
 def test_run_report_renders_in_chromium(driver, reports, tmp_path):
-    _open_and_check(driver, reports / "runs" / "run-cuda-oom.html", tmp_path / "run-report.png", min_images=2)
+    _open_and_check(driver, reports / "runs" / "run-cuda-oom.html", tmp_path / "run-report.png", min_charts=2)
     assert driver.find_element("css selector", "#verdict .headline").text == "CUDA OOM"
 
 
 def test_anomalous_run_report_renders_in_chromium(driver, reports, tmp_path):
     _open_and_check(driver, reports / "runs" / "run-anomalous.html", tmp_path / "run-report-anomalous.png",
-                    min_images=2)
+                    min_charts=2)
 
 
 def test_fleet_report_renders_and_links_to_run_reports(driver, reports, tmp_path):
-    _open_and_check(driver, reports / "fleet" / "latest.html", tmp_path / "fleet-report.png", min_images=3)
+    _open_and_check(driver, reports / "fleet" / "latest.html", tmp_path / "fleet-report.png", min_charts=3)
     link = driver.find_element("css selector", "#attention-table a[href$='run-cuda-oom.html']")
     link.click()
     assert driver.current_url == (reports / "runs" / "run-cuda-oom.html").resolve().as_uri()
@@ -120,7 +131,7 @@ def test_hostile_log_text_does_not_run(driver, reports, tmp_path):
     from selenium.common.exceptions import NoAlertPresentException
 
     _open_and_check(driver, reports / "runs" / "run-hostile.html", tmp_path / "run-report-hostile.png",
-                    min_images=2)
+                    min_charts=2)
     with pytest.raises(NoAlertPresentException):
         driver.switch_to.alert.text  # noqa: B018
     cause = driver.find_element("css selector", "#root-cause-context .cause").text
@@ -167,11 +178,15 @@ def test_dark_mode_darkens_the_page(driver, reports):
 
 
 def test_charts_hold_twice_the_pixels_they_are_drawn_at(driver, reports):
-    """Each chart image has at least ~2x the pixels of the box it is shown in (sharp on a laptop screen)."""
+    """Each chart image has at least ~2x the pixels of the box it is shown in (sharp on a laptop screen);
+    the run report's charts are vector."""
     driver.get((reports / "runs" / "run-anomalous.html").resolve().as_uri())
+    assert driver.execute_script("return document.images.length") == 0
+    assert driver.execute_script("return document.querySelectorAll('[data-chart] svg').length") >= 2
+    driver.get((reports / "fleet" / "latest.html").resolve().as_uri())
     sizes = driver.execute_script(
         "return Array.from(document.images).map(i => [i.naturalWidth, i.getBoundingClientRect().width])")
-    assert sizes
+    assert len(sizes) == 3
     for natural, shown in sizes:
         assert natural >= 1.9 * shown, (natural, shown)
 
@@ -199,3 +214,32 @@ def test_runs_table_sorts_and_filters_in_the_browser(driver, reports):
     steps = [int(r.find_elements(By.TAG_NAME, "td")[2].text.split("/")[0].replace(",", ""))
              for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
     assert steps == sorted(steps, reverse=True)
+
+
+def test_times_carry_their_zone(driver, reports):
+    """Every time shown says its zone: the runs' own (verl's log clock, which prints none) or the machine's."""
+    from selenium.webdriver.common.by import By
+
+    driver.get((reports / "fleet" / "latest.html").resolve().as_uri())
+    driver.execute_script("document.querySelector('details').open = true")
+    ended = [td.text for td in driver.find_elements(By.CSS_SELECTOR, "#all-runs-table td.when")]
+    assert len(ended) == 12 and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d log clock", e) for e in ended), ended
+    for page in ("fleet/latest.html", "runs/run-anomalous.html"):
+        driver.get((reports / page).resolve().as_uri())
+        footer = driver.find_element(By.TAG_NAME, "footer").text
+        assert re.search(r"on \d{4}-\d\d-\d\d \d\d:\d\d [A-Z][A-Za-z+\-0-9]+ ", footer), footer
+
+
+def test_verl_signals_validation_and_sources_are_shown(driver, reports):
+    """The run report shows verl's MFU and per-source validation; its advice cites its sources by title."""
+    from selenium.webdriver.common.by import By
+
+    driver.get((reports / "runs" / "run-anomalous.html").resolve().as_uri())
+    mfu = driver.find_element(By.CSS_SELECTOR, "#verl-signals tr[data-key='perf/mfu/actor']")
+    assert mfu.find_elements(By.TAG_NAME, "td")[1].text == "0.35"
+    math = driver.find_element(By.CSS_SELECTOR, "#validation tr[data-source='lighteval/MATH']")
+    assert [td.text for td in math.find_elements(By.TAG_NAME, "td")[2:5]] == ["0.31", "0.4", "0.42"]
+    driver.get((reports / "runs" / "run-cuda-oom.html").resolve().as_uri())
+    box = driver.find_element(By.ID, "failure-advice").text
+    assert "seed articles" not in box and "verl log analysis guide" in box
+    assert "verl distributed debugging tips §4.2" in box

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.report.data import advice_entry
+from pipeline.report.advice import advice_entry
 
 
 def _keys(config: dict | None) -> list[str]:

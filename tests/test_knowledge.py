@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.detect import advice_for
-from pipeline.report.data import advice_entry
+from pipeline.report.advice import advice_entry
 
 # class -> (word of its summary, setting among its changes; None: it changes no setting)
 ANOMALY = {

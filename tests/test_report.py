@@ -159,8 +159,16 @@ def test_config_findings_and_completeness(built):
     assert "train.log:2" in findings.text()
     kinds = {r.find_all("td")[0].text(): r.find_all("td")[1].text() for r in doc.find("table", id_="lines-by-kind")
              .find_all("tr") if r.find_all("td")}
-    assert kinds["step_metrics"] == "50"
+    assert kinds["step metric lines"] == "50"
     assert doc.find("table", id_="sources").find("td", cls="mono").text() == "train.log"
+
+
+def test_configuration_and_completeness_speak_plain_language(built):
+    """No raw field name (snake_case) heads a row of the configuration or data-completeness tables."""
+    doc = page(built["pages"]["run-cuda-oom"])
+    heads = [th.text() for table in doc.find_all("table", cls="kv") for th in table.find_all("th")]
+    assert "Responses per prompt (rollout n)" in heads and "Metric values that did not parse" in heads
+    assert heads and not [h for h in heads if re.fullmatch(r"[a-z0-9_]+", h)]
 
 
 def _assert_no_active_content(doc):
@@ -182,7 +190,7 @@ def test_hostile_log_text_is_shown_as_text(built):
     assert HOSTILE_IMG in doc.find("table", id_="anomaly-table").text()
     facts = {r.find("th").text(): r.find("td").text() for r in doc.find_all("tr") if r.find_all("th")
              and r.find_all("td")}
-    assert facts["experiment_name"] == "exp-b" + HOSTILE_IMG
+    assert facts["Experiment"] == "exp-b" + HOSTILE_IMG
     _assert_no_active_content(page(built["fleet"]))
     assert HOSTILE_IMG in page(built["fleet"]).find("tr", data_run_id="run-hostile").text()
 
@@ -239,7 +247,7 @@ def test_fleet_week_over_week_groups_and_latest(built):
            for r in doc.find("table", id_="week-over-week").find_all("tr") if r.find_all("td")}
     assert wow["Runs ended"][:2] == ["6", "3"]
     assert doc.find("table", id_="config-groups").find_all("tr")[1].find_all("td")[1].text() == "12"
-    assert {i.attrs["data-chart"] for i in doc.find_all("img")} == {"failures", "weekly", "shares"}
+    assert {n.attrs["data-chart"] for n in doc.iter() if "data-chart" in n.attrs} == {"failures", "weekly", "shares"}
     latest = built["fleet"].parent / "latest.html"
     assert latest.read_text() == built["fleet"].read_text()
     assert built["fleet"].name == "2026-11-28.html"
@@ -325,3 +333,93 @@ def test_write_run_fixture_matches_the_contract(tmp_path):
     write_run(tmp_path, RunSpec(run_id="contract-run", n_steps=5))
     con = lake.connect(tmp_path)
     assert con.execute("select last_step from run_summary where run_id = 'contract-run'").fetchone() == (5,)
+
+
+def test_weeks_are_the_datas_own_and_include_empty_ones(tmp_path):
+    """Runs that ended months before the report: weeks of 7 days counted back from the newest run's day
+    (2026-06-10), an empty week listed with 0 runs, and week over week compares the last two."""
+    ends = {"w4-oom": ("cuda_oom", datetime(2026, 6, 10, 9)), "w4-a": ("completed", datetime(2026, 6, 5, 9)),
+            "w4-b": ("completed", datetime(2026, 6, 4, 9)), "w3-hang": ("hang", datetime(2026, 5, 30, 9)),
+            "w1-a": ("completed", datetime(2026, 5, 20, 9))}
+    specs = [RunSpec(run_id=rid, failure_class=cls, n_steps=10, ended_at=end, seed=i)
+             for i, (rid, (cls, end)) in enumerate(ends.items())]
+    warehouse = build_warehouse(tmp_path / "wh", specs)
+    weeks = data_of_fleet(warehouse, date(2026, 12, 1)).weeks
+    assert [(w["week_start"], w["week_end"], w["runs"], w["failed"]) for w in weeks] == [
+        (date(2026, 5, 14), date(2026, 5, 20), 1, 0),
+        (date(2026, 5, 21), date(2026, 5, 27), 0, 0),
+        (date(2026, 5, 28), date(2026, 6, 3), 1, 1),
+        (date(2026, 6, 4), date(2026, 6, 10), 3, 1),
+    ]
+    doc = page(render_fleet_report(warehouse, tmp_path / "rep", date(2026, 12, 1)))
+    wow = {r.find_all("td")[0].text(): [td.text() for td in r.find_all("td")[1:3]]
+           for r in doc.find("table", id_="week-over-week").find_all("tr") if r.find_all("td")}
+    assert wow["Runs ended"] == ["3", "1"] and wow["Failed or hung"] == ["1", "1"]
+    assert wow["Failure rate"] == ["33 %", "100 %"]
+    assert "the newest ended 2026-06-10" in doc.find("header").text()
+
+
+def data_of_fleet(warehouse, day):
+    from pipeline.report.fleet_data import load_fleet
+
+    return load_fleet(warehouse, day)
+
+
+def test_config_groups_are_the_settings_that_fix_a_steps_work(tmp_path):
+    """The same model from two folders is one group; another batch size is another group."""
+    specs = [RunSpec(run_id="a", model_path="Qwen/Qwen2.5-7B-Instruct", ended_at=datetime(2026, 11, 20)),
+             RunSpec(run_id="b", model_path="/mnt/hf/Qwen2.5-7B-Instruct/", ended_at=datetime(2026, 11, 21)),
+             RunSpec(run_id="c", model_path="Qwen/Qwen2.5-7B-Instruct", train_batch_size=512,
+                     ended_at=datetime(2026, 11, 22))]
+    warehouse = build_warehouse(tmp_path / "wh", specs)
+    groups = {g["config_group"]: g["runs"] for g in data_of_fleet(warehouse, DAY).groups}
+    assert groups == {"Qwen2.5-7B-Instruct · grpo · n=8 · batch 256/64 · 8 GPUs · vllm": 2,
+                      "Qwen2.5-7B-Instruct · grpo · n=8 · batch 512/64 · 8 GPUs · vllm": 1}
+    doc = page(render_fleet_report(warehouse, tmp_path / "rep", DAY))
+    shown = [r.find_all("td")[0].text() for r in doc.find("table", id_="config-groups").find_all("tr")[1:]]
+    assert shown == list(groups)
+
+
+def _val_metrics(values: dict[int, float]) -> pa.Table:
+    steps = sorted(values)
+    return pa.table({"step": pa.array(steps, pa.int64()), "key": ["val-core/openai/gsm8k/acc/mean@1"] * len(steps),
+                     "value": [values[s] for s in steps], "source": ["console"] * len(steps),
+                     "segment": pa.array([0] * len(steps), pa.int32())})
+
+
+def test_verl_signals_and_validation_against_earlier_runs_of_the_group(tmp_path):
+    """MFU 0.3 against earlier runs of its group at 0.4 and 0.5 (median 0.45: ×0.67); validation accuracy
+    0.2 -> 0.5 -> 0.4 (first, best, last) against the earlier runs' last values 0.3 and 0.5 (median 0.4)."""
+    specs = [RunSpec(run_id="old-1", mfu_actor=0.4, ended_at=datetime(2026, 11, 20)),
+             RunSpec(run_id="old-2", mfu_actor=0.5, ended_at=datetime(2026, 11, 21)),
+             RunSpec(run_id="other-group", mfu_actor=0.9, n_gpus_per_node=4, ended_at=datetime(2026, 11, 22)),
+             RunSpec(run_id="now", mfu_actor=0.3, ended_at=datetime(2026, 11, 27))]
+    warehouse = tmp_path / "wh"
+    for spec in specs:
+        write_run(warehouse, spec)
+    for rid, values in (("old-1", {10: 0.1, 20: 0.3}), ("old-2", {10: 0.5}), ("other-group", {10: 0.9}),
+                        ("now", {10: 0.2, 20: 0.5, 30: 0.4})):
+        lake.write_run_table(warehouse, "step_metrics", rid, _val_metrics(values))
+    build_warehouse(warehouse, [])
+    doc = page(render_run_report(warehouse, "now", tmp_path / "rep"))
+    mfu = doc.find("table", id_="verl-signals").find("tr", data_key="perf/mfu/actor").find_all("td")
+    assert [td.text().split(" (")[0] for td in mfu[1:4]] == ["0.3", "0.45", "×0.67"]
+    assert "worse" in mfu[3].find("span").classes
+    val = doc.find("table", id_="validation").find("tr", data_source="openai/gsm8k").find_all("td")
+    assert val[1].text() == "acc (mean@1)"
+    assert [td.text().split(" (")[0] for td in val[2:6]] == ["0.2", "0.4", "0.5", "0.4"]
+
+
+def test_knowledge_sources_read_as_titles_and_links():
+    """The knowledge base cites seed articles by number and verl's docs by topic; a reader gets titles and links."""
+    from pipeline.report.advice import sources
+
+    got = sources(["000 §3.1, §4", "verl docs: checkpointing (trainer.resume_mode)", "PyTorch CUDA memory notes"])
+    assert [(s.text, s.href) for s in got] == [
+        ("verl log analysis guide §3.1, §4", None),
+        ("verl documentation: checkpointing (trainer.resume_mode)",
+         "https://verl.readthedocs.io/en/latest/search.html?q=checkpointing+(trainer.resume_mode)"),
+        ("PyTorch CUDA memory notes", None),
+    ]
+    assert [s.text for s in sources("seed 003 (ref offload); verl docs: data config")] == [
+        "verl logging and monitoring setup (ref offload)", "verl documentation: data config"]

@@ -1,4 +1,4 @@
-"""The fleet report as a mail: HTML with inline (CID) charts, a plain-text part and the report attached."""
+"""The fleet report as a mail: HTML with inline (CID) charts, its plain-text rendering and the report attached."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import ssl
 from collections.abc import Mapping, Sequence
 from email.message import EmailMessage
 from email.utils import formatdate, getaddresses, make_msgid
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
+
+from pipeline.report.render import text_path
 
 log = logging.getLogger(__name__)
 
@@ -21,71 +22,6 @@ DATA_URI_RE = re.compile(r'src="data:image/(png|jpeg|gif);base64,([A-Za-z0-9+/=\
 # the browser-only parts of a report (the runs table's filter box and script): a mail stays static
 INTERACTIVE_RE = re.compile(r'<(script|p) class="interactive">.*?</\1>', re.S)
 HREF_RE = re.compile(r'href="((?:\.\./|\./)?[A-Za-z0-9._/-]+\.html(?:#[A-Za-z0-9_-]*)?)"')
-BLOCK_TAGS = {"p", "div", "section", "header", "footer", "h1", "h2", "h3", "h4", "li", "tr", "table",
-              "figure", "figcaption", "pre", "nav", "details", "summary", "br", "ul"}
-SKIP_TAGS = {"style", "script", "head", "title", "nav"}
-VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
-
-
-class _TextExtractor(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.skip = 0
-        self.pre = 0
-        self.open: list[set[str]] = []
-
-    def handle_starttag(self, tag, attrs):
-        classes = set((dict(attrs).get("class") or "").split())
-        if tag not in VOID_TAGS:
-            self.open.append(classes)
-        if "value" in classes:
-            return
-        if tag in SKIP_TAGS:
-            self.skip += 1
-        elif tag == "pre":
-            self.pre += 1
-            self.parts.append("\n")
-        elif tag in ("td", "th"):
-            self.parts.append(" | ")
-        elif tag == "li":
-            self.parts.append("\n  - ")
-        elif tag in BLOCK_TAGS:
-            self.parts.append("\n")
-        elif tag == "img":
-            alt = dict(attrs).get("alt")
-            if alt:
-                self.parts.append(f"[chart: {alt}]")
-
-    def handle_endtag(self, tag):
-        classes = self.open.pop() if self.open else set()
-        if "label" in classes:
-            # A card's label and value read as one line: "Failed: 8".
-            self.parts.append(": ")
-            return
-        if tag in SKIP_TAGS:
-            self.skip = max(0, self.skip - 1)
-        elif tag == "pre":
-            self.pre = max(0, self.pre - 1)
-        elif tag in ("h1", "h2"):
-            self.parts.append("\n" + "=" * 40 + "\n")
-        elif tag in BLOCK_TAGS and tag != "tr":
-            self.parts.append("\n")
-
-    def handle_data(self, data):
-        if self.skip:
-            return
-        self.parts.append(data if self.pre else re.sub(r"\s+", " ", data))
-
-
-def html_to_text(html: str) -> str:
-    """A readable plain-text rendering of a report (tables as `|`-separated rows)."""
-    parser = _TextExtractor()
-    parser.feed(html)
-    parser.close()
-    lines = [line.strip() for line in "".join(parser.parts).splitlines()]
-    text = "\n".join(lines)
-    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
 def build_fleet_mail(
@@ -96,7 +32,8 @@ def build_fleet_mail(
     subject: str,
     report_url: str | None = None,
 ) -> EmailMessage:
-    """A multipart mail of the report: text + HTML (charts as CID inline images) and the report attached.
+    """A multipart mail of the report: its text rendering (the .txt written beside it from the same data),
+    its HTML (charts as CID inline images, no script) and the report attached.
 
     `report_url`, when given, is where the report is published; relative links are made absolute
     against it so they work from a mail client.
@@ -121,7 +58,7 @@ def build_fleet_mail(
     msg["To"] = ", ".join(recipients)
     msg["Date"] = formatdate(localtime=True)
     msg["Message-ID"] = make_msgid(domain="verl-health.local")
-    text = html_to_text(html)
+    text = text_path(report_path).read_text(encoding="utf-8")
     msg.set_content(text + f"\nThe full report is attached ({report_path.name}).\n")
     msg.add_alternative(mail_html, subtype="html")
     html_part = msg.get_payload()[1]

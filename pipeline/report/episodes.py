@@ -1,0 +1,69 @@
+"""A run's anomaly episodes: consecutive flagged steps with one class, explanation and advice."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from pipeline.report.advice import Advice, advice_entry
+from pipeline.report.warehouse import columns, rows
+
+
+@dataclass
+class Episode:
+    """A run of consecutive anomalous steps with one explanation."""
+
+    episode_id: Any
+    anomaly_class: str
+    first_step: int
+    last_step: int
+    n_steps: int
+    explanation: str
+    advice: Advice
+
+
+def load_episodes(con: duckdb.DuckDBPyConnection, run_id: str,
+                  config: dict | None = None) -> tuple[np.ndarray, list[Episode]]:
+    """The run's flagged steps and its episodes (from step_anomalies' episode columns, else by adjacency)."""
+    if not columns(con, "step_anomalies"):
+        return np.array([], dtype=float), []
+    flagged = rows(con, "select * from step_anomalies where run_id = $run_id and is_anomaly order by step",
+                   {"run_id": run_id})
+    steps = np.array([r["step"] for r in flagged], dtype=float)
+    return steps, [_episode(g, config) for g in _groups(flagged)]
+
+
+def _groups(flagged: list[dict]) -> list[list[dict]]:
+    groups: list[list[dict]] = []
+    for r in flagged:
+        key = r.get("episode_id")
+        prev = groups[-1][-1] if groups else None
+        same = prev is not None and (
+            (key is not None and prev.get("episode_id") == key)
+            or (key is None and prev.get("episode_id") is None and r["step"] - prev["step"] <= 1)
+        )
+        if same:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def _episode(g: list[dict], config: dict | None) -> Episode:
+    classes = [r.get("anomaly_class") or "other" for r in g]
+    cls = max(set(classes), key=classes.count)
+    head = g[0]
+    first, last = head.get("episode_first_step"), head.get("episode_last_step")
+    given = next((r.get("advice") for r in g if r.get("advice")), None)
+    return Episode(
+        episode_id=head.get("episode_id"),
+        anomaly_class=cls,
+        first_step=int(first if first is not None else g[0]["step"]),
+        last_step=int(last if last is not None else g[-1]["step"]),
+        n_steps=len(g),
+        explanation=next((r["explanation"] for r in g if r.get("explanation")), ""),
+        advice=advice_entry("anomaly", cls, given, config),
+    )

@@ -1,0 +1,140 @@
+"""What the fleet report shows, read from run_summary, step_anomalies and the fleet tables
+(run_baselines, fleet_weekly, fleet_config_groups): the report computes no figure of its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from pipeline import lake, vocabulary
+from pipeline.report.warehouse import clean, columns, rows, table_rows
+
+FAILED_CLASSES = vocabulary.FAILED_CLASSES
+SUMMARY_COLUMNS = ("run_id", "failure_class", "last_step", "expected_steps", "goodput", "median_step_s",
+                   "bottleneck_phase", "experiment_name", "root_cause_text", "last_ts", "mtime", "ingested_at")
+# a run is a regression when it is this much slower than the median of at least this many earlier runs
+REGRESSION_RATIO = 1.25
+MIN_PRIOR_RUNS = 2
+
+
+@dataclass
+class FleetRun:
+    """One run as the fleet report lists it."""
+
+    run_id: str
+    failure_class: str
+    last_step: int | None
+    expected_steps: int | None
+    goodput: float | None
+    median_step_s: float | None
+    bottleneck_phase: str | None
+    experiment: str
+    config_group: str
+    ended_at: datetime | None
+    episodes: int
+    anomalous_steps: int
+    top_anomaly: str | None
+    root_cause_text: str
+    regression: str = ""
+
+    @property
+    def attention(self) -> int:
+        """0 failed, 1 hung, 2 anomalous, 3 fine: the order of the attention list."""
+        if self.failure_class == "hang":
+            return 1
+        if self.failure_class in FAILED_CLASSES:
+            return 0
+        if self.episodes or self.regression:
+            return 2
+        return 3
+
+
+@dataclass
+class FleetReportData:
+    """The fleet report's content: the runs that ended by `day`, and the fleet tables' rows up to it."""
+
+    day: date
+    runs: list[FleetRun]
+    weeks: list[dict[str, Any]] = field(default_factory=list)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
+    """Every run that ended by the end of `day` (or has no time), and the weeks that ended by then."""
+    con = lake.connect(warehouse)
+    try:
+        if not columns(con, "run_summary"):
+            return FleetReportData(day=day, runs=[])
+        cutoff = datetime.combine(day + timedelta(days=1), datetime.min.time())
+        runs = [r for r in _runs(con) if r.ended_at is None or r.ended_at < cutoff]
+        weeks = table_rows(con, "fleet_weekly", "week_end <= $day", {"day": day}, "week_start")
+        groups = table_rows(con, "fleet_config_groups", order="runs desc, config_group")
+    finally:
+        con.close()
+    return FleetReportData(day=day, runs=runs, weeks=weeks, groups=groups)
+
+
+def _runs(con: duckdb.DuckDBPyConnection) -> list[FleetRun]:
+    have = set(columns(con, "run_summary"))
+    picks = ", ".join(c for c in SUMMARY_COLUMNS if c in have)
+    anomalies = _anomalies(con)
+    baselines = {r["run_id"]: r for r in table_rows(con, "run_baselines")}
+    return [_fleet_run(r, anomalies.get(r["run_id"], {}), baselines.get(r["run_id"], {}))
+            for r in rows(con, f"select {picks} from run_summary")]
+
+
+def _anomalies(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
+    """Per run: anomaly episodes, anomalous steps and the most frequent class (step_anomalies)."""
+    have = set(columns(con, "step_anomalies"))
+    if not have:
+        return {}
+    episodes = "count(distinct episode_id)" if "episode_id" in have else "count(*)"
+    found = rows(con, f"select run_id, {episodes} as episodes, count(*) as steps, mode(anomaly_class) as top "
+                      "from step_anomalies where is_anomaly group by run_id")
+    return {r["run_id"]: r for r in found}
+
+
+def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> FleetRun:
+    return FleetRun(
+        run_id=r["run_id"],
+        failure_class=r.get("failure_class") or "unknown",
+        last_step=r.get("last_step"),
+        expected_steps=r.get("expected_steps"),
+        goodput=clean(r.get("goodput")),
+        median_step_s=clean(r.get("median_step_s")),
+        bottleneck_phase=r.get("bottleneck_phase"),
+        experiment=str(r.get("experiment_name") or ""),
+        config_group=str(base.get("config_group") or ""),
+        ended_at=_naive(base.get("ended_at") or r.get("last_ts") or r.get("mtime") or r.get("ingested_at")),
+        episodes=int(a.get("episodes") or 0),
+        anomalous_steps=int(a.get("steps") or 0),
+        top_anomaly=a.get("top"),
+        root_cause_text=str(r.get("root_cause_text") or ""),
+        regression=regression(base),
+    )
+
+
+def _naive(value: Any) -> datetime | None:
+    if not isinstance(value, datetime):
+        return None
+    return value.replace(tzinfo=None) if value.tzinfo is not None else value
+
+
+def regression(base: dict[str, Any]) -> str:
+    """run_baselines' verdict in words: slower per step than earlier runs of its config group or experiment,
+    or fewer tokens per second per GPU than earlier runs of its model setup; "" when neither."""
+    for scope, label in (("group", "config group"), ("exp", "experiment")):
+        ratio, prior = clean(base.get(f"{scope}_step_ratio")), base.get(f"{scope}_prior_runs") or 0
+        if ratio is not None and prior >= MIN_PRIOR_RUNS and ratio > REGRESSION_RATIO:
+            before = clean(base.get(f"{scope}_median_step_s"))
+            median = f" vs {before:.1f} s" if before is not None else ""
+            return f"step time ×{ratio:.2f}{median} over {prior} earlier runs of its {label}"
+    ratio, prior = clean(base.get("setup_slowdown_ratio")), base.get("setup_prior_runs") or 0
+    if ratio is not None and prior >= MIN_PRIOR_RUNS and ratio > REGRESSION_RATIO:
+        return (f"{base['throughput']:.0f} tokens/s per GPU, ×{1 / ratio:.2f} of the {base['setup_throughput']:.0f} "
+                f"of {prior} earlier runs of its model setup ({base.get('model_setup')})")
+    return ""

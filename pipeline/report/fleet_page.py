@@ -1,0 +1,112 @@
+"""The fleet report's template context: the first screen, week over week, config groups, all runs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+from typing import Any
+
+from pipeline.report import charts
+from pipeline.report.advice import advice_entry
+from pipeline.report.fleet_data import FleetReportData, FleetRun
+from pipeline.report.formats import now_with_zone
+
+MAX_ATTENTION_ROWS = 100
+MAX_CHART_GROUPS = 15
+MAX_CHART_WEEKS = 52
+ATTENTION_DAYS = 7
+# (fleet_weekly column, label, how it is written, whether a rise is worse)
+WEEK_MEASURES = (
+    ("runs", "Runs ended", "num", None),
+    ("failed", "Failed or hung", "num", True),
+    ("failure_rate", "Failure rate", "pct", True),
+    ("median_step_s", "Median step time (s)", "num", True),
+    ("median_goodput", "Median goodput", "pct", False),
+)
+
+
+def week_rows(week: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The last week of fleet_weekly against the 7 days before it, one row per measure."""
+    out = []
+    for key, label, kind, worse_if_up in WEEK_MEASURES:
+        this, last = (week or {}).get(key), (week or {}).get(f"prev_{key}")
+        trend = ""
+        if this is not None and last is not None and this != last and worse_if_up is not None:
+            trend = "worse" if (this > last) == worse_if_up else "better"
+        out.append({"label": label, "this": this, "last": last, "kind": kind, "trend": trend})
+    return out
+
+
+def _newest_first(runs: list[FleetRun]) -> list[FleetRun]:
+    return sorted(runs, key=lambda r: (r.ended_at is None, -(r.ended_at or datetime.min).timestamp()
+                                       if r.ended_at else 0, r.run_id))
+
+
+def _attention(runs: list[FleetRun], week: dict[str, Any] | None) -> dict[str, Any]:
+    """Runs needing attention, failures first; those of the data's last week (or with no time) if any."""
+    attention = sorted((r for r in runs if r.attention < 3), key=lambda r: r.attention)
+    start = week["week_start"] if week else None
+    recent = [r for r in attention if start is None or r.ended_at is None or r.ended_at.date() >= start]
+    shown = recent or attention
+    return {
+        "attention": shown[:MAX_ATTENTION_ROWS],
+        "attention_recent": bool(recent),
+        "attention_shown_of": len(shown),
+        "attention_total": len(attention),
+        "attention_new": len(recent),
+        "n_recent_failed": sum(r.attention == 0 for r in recent),
+    }
+
+
+def _outcomes(runs: list[FleetRun]) -> dict[str, Any]:
+    counts = Counter(r.failure_class for r in runs)
+    return {
+        "n_runs": len(runs),
+        "n_failed": sum(r.attention == 0 for r in runs),
+        "n_hung": sum(r.attention == 1 for r in runs),
+        "n_anomalous": sum(r.episodes > 0 for r in runs),
+        "n_completed": counts.get("completed", 0),
+        "n_stopped": counts.get("interrupted", 0),
+        "n_no_outcome": counts.get("no_outcome", 0),
+        "counts": sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])),
+        "advice": {cls: advice_entry("failure", cls).first_change for cls in counts if cls != "completed"},
+        "failure_chart": charts.failure_bars(dict(counts)),
+    }
+
+
+def _weekly_chart(weeks: list[dict[str, Any]]):
+    shown = weeks[-MAX_CHART_WEEKS:]
+    return charts.weekly_chart([(w["week_end"].strftime("%m-%d"), w["runs"], w["failed"], w["median_step_s"])
+                                for w in shown])
+
+
+def _group_shares(groups: list[dict[str, Any]]) -> list[tuple[str, dict[str, float]]]:
+    phases = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
+              "update_weights", "other")
+    return [(g["config_group"], {p: g[f"share_{p}"] for p in phases if g.get(f"share_{p}")})
+            for g in groups[:MAX_CHART_GROUPS]]
+
+
+def fleet_context(data: FleetReportData) -> dict[str, Any]:
+    """The template context of the fleet report (charts drawn here)."""
+    runs = _newest_first(data.runs)
+    week = data.weeks[-1] if data.weeks else None
+    data_day = week["week_end"] if week else data.day
+    return {
+        "day": data.day,
+        "data_day": data_day,
+        "week_start": week["week_start"] if week else data_day - timedelta(days=ATTENTION_DAYS - 1),
+        "generated": now_with_zone(),
+        "runs": runs,
+        **_attention(runs, week),
+        **_outcomes(runs),
+        "attention_days": ATTENTION_DAYS,
+        "goodput": (week or {}).get("median_goodput"),
+        "groups": data.groups,
+        "n_weeks": len(data.weeks),
+        "week_rows": week_rows(week),
+        "last_ended": max((r.ended_at for r in runs if r.ended_at is not None), default=None),
+        "regressions": [r for r in runs if r.regression],
+        "share_chart": charts.share_bars(_group_shares(data.groups)),
+        "weekly_chart": _weekly_chart(data.weeks),
+    }

@@ -1,0 +1,86 @@
+"""How the reports write numbers, durations, shares, ratios and times (every time with its zone)."""
+
+from __future__ import annotations
+
+import math
+from datetime import date, datetime
+from typing import Any
+
+import numpy as np
+from jinja2 import Undefined
+
+# verl's logs print their timestamps without a zone: a run's times are the log's own clock
+LOG_CLOCK = "log clock"
+
+
+def fmt_duration(seconds: Any) -> str:
+    """'2 h 14 m', '3 m 5 s', '42 s'; '–' when unknown."""
+    if not isinstance(seconds, int | float) or not math.isfinite(seconds):
+        return "–"
+    s = int(round(seconds))
+    d, rem = divmod(s, 86400)
+    h, rem = divmod(rem, 3600)
+    m, sec = divmod(rem, 60)
+    if d:
+        return f"{d} d {h} h"
+    if h:
+        return f"{h} h {m} m"
+    if m:
+        return f"{m} m {sec} s"
+    return f"{sec} s"
+
+
+def fmt_time(value: Any) -> str:
+    """A time with its zone: the zone it carries, else the log's own clock (verl prints no zone)."""
+    if not isinstance(value, datetime):
+        return "–" if value is None or isinstance(value, Undefined) else str(value)
+    zone = value.tzname() if value.tzinfo is not None else LOG_CLOCK
+    return f"{value:%Y-%m-%d %H:%M} {zone}"
+
+
+def now_with_zone() -> str:
+    """The time now in this machine's zone, with the zone's name."""
+    return fmt_time(datetime.now().astimezone())
+
+
+def fmt_num(value: Any, digits: int = 3) -> str:
+    """Numbers for tables: ints with thin separators, floats with `digits` significant digits."""
+    if value is None or isinstance(value, Undefined):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}"
+    if isinstance(value, float | np.floating):
+        return _fmt_float(float(value), digits)
+    if isinstance(value, datetime):
+        return fmt_time(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return ", ".join(fmt_num(v, digits) for v in value)
+    return str(value)
+
+
+def _fmt_float(v: float, digits: int) -> str:
+    if not math.isfinite(v):
+        return str(v)
+    if v.is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}"
+    if 1e3 <= abs(v) < 1e15:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def fmt_pct(value: Any, digits: int = 0) -> str:
+    """A fraction as a percentage."""
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return "–"
+    return f"{100 * value:.{digits}f} %"
+
+
+def fmt_ratio(value: Any) -> str:
+    """'×1.23' for a ratio to a baseline."""
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return "–"
+    return f"×{value:.2f}"

@@ -1,0 +1,72 @@
+"""Plain-language names for what the reports show: outcomes, stop reasons, config and input facts."""
+
+from __future__ import annotations
+
+CLASS_LABELS = {
+    "completed": "Completed",
+    "cuda_oom": "CUDA OOM",
+    "nccl_timeout": "NCCL timeout",
+    "ray_actor_died": "Ray worker died",
+    "host_oom_killed": "Worker killed for host memory",
+    "hang": "Hung",
+    "interrupted": "Stopped",
+    "no_outcome": "No outcome in the log",
+    "nan_divergence": "NaN divergence",
+    "python_exception": "Python exception",
+    "vllm_engine_error": "Rollout engine error",
+    "unknown": "Ended for an unknown reason",
+}
+STOP_WORDS = {
+    "keyboard": "Stopped with Ctrl-C",
+    "sigterm": "Stopped by SIGTERM",
+    "cancelled": "Cancelled by the scheduler",
+    "time_limit": "Stopped at the scheduler's time limit",
+}
+# the run's configuration as the report lists it, in this order
+CONFIG_LABELS = {
+    "project_name": "Project",
+    "experiment_name": "Experiment",
+    "model_path": "Model",
+    "adv_estimator": "Algorithm (advantage estimator)",
+    "rollout_engine": "Rollout engine",
+    "strategy": "Training backend",
+    "nnodes": "Nodes",
+    "n_gpus_per_node": "GPUs per node",
+    "rollout_n": "Responses per prompt (rollout n)",
+    "rollout_tp": "Rollout tensor parallel size",
+    "train_batch_size": "Prompts per step (train batch size)",
+    "ppo_mini_batch_size": "PPO mini-batch size",
+    "ppo_micro_batch_size_per_gpu": "PPO micro-batch size per GPU",
+    "max_prompt_length": "Longest prompt (tokens)",
+    "max_response_length": "Longest response (tokens)",
+    "gpu_memory_utilization": "GPU memory given to the rollout engine",
+    "actor_lr": "Actor learning rate",
+    "total_training_steps": "Training steps planned",
+    "test_freq": "Validate every (steps)",
+    "save_freq": "Checkpoint every (steps)",
+}
+# what the ingest found in the input, as the "Data completeness" section words it
+COMPLETENESS_LABELS = {
+    "source_path": "Archive entry",
+    "archive_form": "Archive form",
+    "verl_format": "Log format",
+    "n_files": "Files read",
+    "n_lines": "Lines",
+    "n_bytes": "Bytes",
+    "n_undecodable_lines": "Lines that were not valid text",
+    "n_step_lines": "Step metric lines",
+    "n_steps": "Training steps logged",
+    "n_metric_values": "Metric values",
+    "n_parse_failures": "Metric values that did not parse",
+    "n_segments": "Segments (a resume starts a new one)",
+    "parse_completeness": "Share of metric values parsed",
+}
+LINE_KINDS = {
+    "step_metrics": "step metric lines",
+    "error": "errors and tracebacks",
+    "warning": "warnings",
+    "config": "configuration",
+    "progress": "progress bars",
+    "memory": "memory reports",
+    "other": "other (not classified)",
+}

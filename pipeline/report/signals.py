@@ -1,0 +1,126 @@
+"""verl's own throughput, efficiency and PPO signals, and per-source validation, for a run and the earlier
+runs of its config group (run_baselines names the group; the values come from the per-step tables)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from pipeline.report.warehouse import clean, columns, rows
+
+# (table, column or verl key, label, verl's name, higher is better): step_health keeps every verl key in a map
+SIGNALS = (
+    ("step_phases", "throughput", "Tokens per second per GPU", "perf/throughput", True),
+    ("step_phases", "mfu_actor", "Actor model FLOPs utilisation", "perf/mfu/actor", True),
+    ("step_phases", "mfu_critic", "Critic model FLOPs utilisation", "perf/mfu/critic", True),
+    ("step_phases", "tpt_gen", "Generation, ms per response token", "timing_per_token_ms/gen", False),
+    ("step_phases", "tpt_ref", "Reference log-probs, ms per token", "timing_per_token_ms/ref", False),
+    ("step_phases", "tpt_values", "Critic values, ms per token", "timing_per_token_ms/values", False),
+    ("step_phases", "tpt_adv", "Advantages, ms per token", "timing_per_token_ms/adv", False),
+    ("step_phases", "tpt_update_critic", "Critic update, ms per token", "timing_per_token_ms/update_critic", False),
+    ("step_phases", "tpt_update_actor", "Actor update, ms per token", "timing_per_token_ms/update_actor", False),
+    ("step_health", "pg_clipfrac", "Share of tokens clipped by PPO", "actor/pg_clipfrac", None),
+    ("step_health", "critic/vf_explained_var", "Variance of returns the critic explains", "critic/vf_explained_var",
+     True),
+)
+VAL_CORE_RE = re.compile(r"^val-core/(?P<source>.+)/(?P<metric>[^/]+)/(?P<stat>mean@\d+)$")
+MAX_EARLIER = 10
+
+
+@dataclass
+class Signal:
+    """One verl signal: this run's median over its steps, and the median of earlier runs of its group."""
+
+    label: str
+    key: str
+    value: float
+    group: float | None
+    group_runs: int
+    better_up: bool | None
+
+    @property
+    def ratio(self) -> float | None:
+        """This run's value over the group's, when both are there."""
+        return self.value / self.group if self.group else None
+
+
+@dataclass
+class Validation:
+    """A validation metric of one data source: first, last and best value of this run, and the group's last."""
+
+    source: str
+    metric: str
+    first: float | None
+    last: float | None
+    best: float | None
+    group_last: float | None
+    group_runs: int
+
+
+def earlier_in_group(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """The runs of this run's config group that ended before it, newest first (from run_baselines)."""
+    if "config_group" not in columns(con, "run_baselines"):
+        return []
+    found = rows(con, "select b.run_id from run_baselines b join run_baselines me on me.run_id = $run_id "
+                      "and b.config_group = me.config_group and b.run_id <> me.run_id "
+                      "and (b.ended_at < me.ended_at or me.ended_at is null) "
+                      "order by b.ended_at desc nulls last, b.run_id desc limit $n",
+                 {"run_id": run_id, "n": MAX_EARLIER})
+    return [r["run_id"] for r in found]
+
+
+def _medians(con: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Per run, the median over its steps of each signal `table` holds."""
+    have = set(columns(con, table))
+    picks, params = [], {"ids": run_ids}
+    for t, col, *_ in SIGNALS:
+        if t == table and col in have:
+            picks.append(f'median("{col}") as "{col}"')
+        elif t == table and "/" in col and "verl_values" in have:
+            name = f"key_{len(params)}"
+            params[name] = col
+            picks.append(f'median(verl_values[${name}]) as "{col}"')
+    if not picks:
+        return {}
+    found = rows(con, f"select run_id, {', '.join(picks)} from {table} "
+                      "where list_contains($ids, run_id) group by run_id", params)
+    return {r.pop("run_id"): r for r in found}
+
+
+def load_signals(con: duckdb.DuckDBPyConnection, run_id: str, earlier: list[str]) -> list[Signal]:
+    """The verl signals this run's log has, each against the earlier runs of its config group."""
+    ids = [run_id, *earlier]
+    per_run = {t: _medians(con, t, ids) for t in ("step_phases", "step_health")}
+    out = []
+    for table, col, label, key, better_up in SIGNALS:
+        mine = clean(per_run[table].get(run_id, {}).get(col))
+        if mine is None:
+            continue
+        theirs = [v for r in earlier if (v := clean(per_run[table].get(r, {}).get(col))) is not None]
+        out.append(Signal(label, key, float(mine), statistics.median(theirs) if theirs else None, len(theirs),
+                          better_up))
+    return out
+
+
+def load_validation(con: duckdb.DuckDBPyConnection, run_id: str, earlier: list[str]) -> list[Validation]:
+    """Validation per data source (verl's val-core/<source>/<metric>/mean@n) for this run and its group."""
+    if not columns(con, "step_metrics"):
+        return []
+    found = rows(con, "select run_id, key, arg_min(value, step) as first, arg_max(value, step) as last, "
+                      "max(value) as best from step_metrics where list_contains($ids, run_id) "
+                      "and key like 'val-core/%' and isfinite(value) group by all order by key",
+                 {"ids": [run_id, *earlier]})
+    mine = {r["key"]: r for r in found if r["run_id"] == run_id}
+    out = []
+    for key, r in mine.items():
+        m = VAL_CORE_RE.match(key)
+        if not m:
+            continue
+        theirs = [o["last"] for o in found if o["key"] == key and o["run_id"] != run_id]
+        out.append(Validation(m["source"], f"{m['metric']} ({m['stat']})", r["first"], r["last"], r["best"],
+                              statistics.median(theirs) if theirs else None, len(theirs)))
+    return out
