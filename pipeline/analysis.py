@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dagster import DagsterInstance, materialize
 
+from pipeline import objectstore
 from pipeline.assets import ASSET_CHECKS, ASSETS, FLEET_AFTER_MODEL, FLEET_BEFORE_MODEL, RUN_AFTER_MODEL, RUN_BEFORE_MODEL
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.lake import connect, refresh_catalog
@@ -184,4 +185,28 @@ def persistent_instance(warehouse: str | Path) -> DagsterInstance:
     return DagsterInstance.from_config(home)
 
 
-__all__ = ["analyze_archive", "entry_root", "persistent_instance", "resolve_entry", "verdict"]
+def analyze_with_object_store(archive: str, warehouse: str, reports: str | Path, quiet_period_s: int = 0,
+                              cache_dir: str | Path | None = None, **options):
+    """`analyze_archive` where the archive and/or the warehouse are s3:// URLs: mirror, analyse, publish.
+
+    `options` go on to `analyze_archive` (mail, force, refit). Returns the `ArchiveOutcome` and the
+    publish counts (None for a local warehouse).
+    """
+    def local(location: str, kind: str) -> Path:
+        if not objectstore.is_url(location):
+            return Path(location)
+        return Path(cache_dir) / kind if cache_dir else objectstore.default_cache_dir(location, kind)
+
+    local_archive = local(archive, "archive")
+    if objectstore.is_url(archive):
+        local_archive = objectstore.stage_archive(archive, local_archive)
+    local_warehouse = local(warehouse, "warehouse")
+    outcome = analyze_archive(local_archive, local_warehouse, reports, quiet_period_s=quiet_period_s, **options)
+    published = None
+    if objectstore.is_url(warehouse):
+        published = objectstore.publish_warehouse(local_warehouse, warehouse)
+    return outcome, published
+
+
+__all__ = ["analyze_archive", "analyze_with_object_store", "entry_root", "persistent_instance", "resolve_entry",
+           "verdict"]

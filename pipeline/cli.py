@@ -28,7 +28,7 @@ def _print_outcome(outcome, reports: Path) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Materialise every asset in-process for every run in the archive, or for the one run of `--run`."""
     from pipeline import objectstore
-    from pipeline.analysis import analyze_archive, persistent_instance
+    from pipeline.analysis import analyze_archive, analyze_with_object_store, persistent_instance
 
     if args.run:
         return _analyze_one(args)
@@ -40,7 +40,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     options = {"mail": args.mail, "force": args.force, "refit": args.refit,
                "select": RunSelection(args.include, args.since, args.until)}
     if objectstore.is_url(args.archive) or objectstore.is_url(args.warehouse):
-        outcome, published = objectstore.analyze_with_object_store(
+        outcome, published = analyze_with_object_store(
             args.archive, args.warehouse, Path(args.reports), quiet_period_s=args.quiet_period, **options)
         _print_outcome(outcome, Path(args.reports))
         if published is not None:

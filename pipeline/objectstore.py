@@ -193,24 +193,3 @@ def connect_remote(url: str, fs: pafs.FileSystem | None = None) -> duckdb.DuckDB
     for table, dataset in remote_tables(url, fs).items():
         con.register(table, dataset)
     return con
-
-
-def analyze_with_object_store(archive: str, warehouse: str, reports: str | Path, quiet_period_s: int = 0,
-                              cache_dir: str | Path | None = None, **options):
-    """`analyze_archive` where the archive and/or the warehouse are s3:// URLs: mirror, analyse, publish.
-
-    `options` go on to `analyze_archive` (mail, force, refit). Returns the `ArchiveOutcome` and the
-    publish counts (None for a local warehouse).
-    """
-    from pipeline.analysis import analyze_archive
-
-    def local(location: str, kind: str) -> Path:
-        if not is_url(location):
-            return Path(location)
-        return Path(cache_dir) / kind if cache_dir else default_cache_dir(location, kind)
-
-    local_archive = stage_archive(archive, local(archive, "archive")) if is_url(archive) else Path(archive)
-    local_warehouse = local(warehouse, "warehouse")
-    outcome = analyze_archive(local_archive, local_warehouse, reports, quiet_period_s=quiet_period_s, **options)
-    published = publish_warehouse(local_warehouse, warehouse) if is_url(warehouse) else None
-    return outcome, published

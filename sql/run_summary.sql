@@ -140,7 +140,9 @@ job_succeeded as (
     select distinct l.run_id
     from lines as l
     join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
-    where regexp_matches(l.text, 'Job ''[^'']+'' succeeded|State: COMPLETED \(exit code 0\)')
+    -- `case` keeps the cheap `contains` tests first: a regex over every line of a big log costs seconds
+    where case when contains(l.text, 'succeeded') or contains(l.text, 'State: COMPLETED')
+               then regexp_matches(l.text, 'Job ''[^'']+'' succeeded|State: COMPLETED \(exit code 0\)') else false end
 ),
 bar_updates as (
     -- every print of verl's `Training Progress` tqdm bar in the driver log's final segment (a line may
@@ -350,10 +352,15 @@ tail as (
     -- the driver log after its last progress
     select l.run_id, l.file, l.line_no, l.component, l.phase_hint, l.ts, regexp_replace(l.text, '^\s*\([^)]*\)\s*', '') as text
     from lines as l
-    join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
-    join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
-    left join progress_point as pp on pp.run_id = l.run_id
-    where l.line_no > coalesce(pp.line_no, 0)
+    -- one row per run (its driver log's final segment after the last progress) joined to the lines, so
+    -- the lines are probed and pruned by it, never hashed themselves
+    join (
+        select s.run_id, s.final_segment, mf.file, coalesce(pp.line_no, 0) as after_line_no
+        from run_state as s
+        join main_file as mf using (run_id)
+        left join progress_point as pp using (run_id)
+    ) as f on f.run_id = l.run_id and f.final_segment = l.segment and f.file = l.file
+    where l.line_no > f.after_line_no
 ),
 tail_activity as (
     -- the last sign of work after the last progress: the phase a run stopped in. vLLM preempting
@@ -498,11 +505,17 @@ hang as (
     where h.evidence in ('debugger', 'scheduler') or h.stalled_s >= h.limit_s
 ),
 last_line as (
-    select run_id, arg_max(file, [coalesce(epoch(ts), 0), line_no]) as file,
-           arg_max(line_no, [coalesce(epoch(ts), 0), line_no]) as line_no,
-           arg_max(text, [coalesce(epoch(ts), 0), line_no]) as text
-    from lines
-    group by all
+    -- the latest line found without its text, then its text read for that line alone
+    -- (two plain maxima: a list key per line costs seconds on a big log)
+    select k.run_id, k.file, k.line_no, l.text
+    from (
+        select l.run_id, arg_max(l.file, l.line_no) as file, max(l.line_no) as line_no
+        from lines as l
+        join (select run_id, max(coalesce(epoch(ts), 0)) as t from lines group by all) as m
+            on m.run_id = l.run_id and m.t = coalesce(epoch(l.ts), 0)
+        group by all
+    ) as k
+    join lines as l using (run_id, file, line_no)
 ),
 verdict as (
     -- the first cause in time wins: an error before a stop ended the run, a stall before a stop too

@@ -41,3 +41,55 @@ def test_workspace_validates_with_the_dagster_cli():
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _imports() -> dict[str, set[str]]:
+    """Each pipeline module with the pipeline modules it imports, at top level or inside a function."""
+    import ast
+
+    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (ROOT / "pipeline").rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in files}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [base])])
+                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names}
+        graph[name] = (found & set(files)) - {name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of the graph, or [] (a depth-first walk)."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def walk(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := walk(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := walk(node)):
+            return found
+    return []
+
+
+def test_no_import_cycle_among_pipeline_modules():
+    graph = _imports()
+    assert graph["pipeline.jobs"] >= {"pipeline.analysis"} and graph["pipeline.analysis"] >= {"pipeline.objectstore"}
+    assert _cycle(graph) == [], " -> ".join(_cycle(graph))
+    assert _cycle({**graph, "pipeline.objectstore": {"pipeline.analysis"}}), "the walk finds a known cycle"
