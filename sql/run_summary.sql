@@ -36,17 +36,20 @@ lines as not materialized (
     from log_lines
     where list_contains($run_ids, run_id)
 ),
+files as (
+    -- each file of a run; a logger's side file (a W&B run's config or metadata beside its output.log) is
+    -- no process's log
+    select run_id, file, count(*) as n,
+           regexp_matches(file, '(^|/)(config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml)$')
+               as side_file
+    from lines
+    group by all
+),
 main_file as (
     -- the driver log: ordering prefers it, so a worker file's copy of a line never outranks it. The file
-    -- with the most lines, but never a W&B run's config or metadata beside its output.log
+    -- with the most lines, but never a side file
     select run_id, arg_max(file, [not side_file, n]) as file
-    from (
-        select run_id, file, count(*) as n,
-               regexp_matches(file, '(^|/)(config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml)$')
-                   as side_file
-        from lines
-        group by all
-    )
+    from files
     group by all
 ),
 final_segment as (
@@ -253,6 +256,14 @@ recurring as (
     where e.segment = s.final_segment and e.in_main_file and e.step <= s.last_step - p.flush_slack_steps
       and e.line_no < pp.line_no
 ),
+driver_failed as (
+    -- the driver reported a failure (Ray wrapper, Hydra, a dead actor): exceptions in workers matter
+    select distinct e.run_id
+    from events as e
+    join run_state as s using (run_id)
+    where e.segment = s.final_segment
+      and e.base_class in ('ray_task_error', 'hydra_wrapper', 'unhandled_ray_error', 'actor_died', 'worker_died')
+),
 after_progress as (
     -- the driver log's errors that may have ended the run: written in (or flushed just after) its last
     -- step, or after the line where it last made progress
@@ -261,17 +272,14 @@ after_progress as (
     join run_state as s using (run_id)
     join progress_point as pp using (run_id)
     cross join params as p
-    where e.segment = s.final_segment
-      and e.in_main_file
-      and (e.step >= s.last_step + 1 - p.flush_slack_steps or e.line_no > pp.line_no)
-),
-driver_failed as (
-    -- the driver reported a failure (Ray wrapper, Hydra, a dead actor): exceptions in workers matter
-    select distinct e.run_id
-    from events as e
-    join run_state as s using (run_id)
-    where e.segment = s.final_segment
-      and e.base_class in ('ray_task_error', 'hydra_wrapper', 'unhandled_ray_error', 'actor_died', 'worker_died')
+    left join driver_failed as d using (run_id)
+    left join files as f using (run_id, file)
+    where (e.segment = s.final_segment
+           and e.in_main_file
+           and (e.step >= s.last_step + 1 - p.flush_slack_steps or e.line_no > pp.line_no))
+       -- another process's own log (a Ray worker's .err, raylet.out, an inference server's log): once the
+       -- driver reported a failure, a cause that only that file names is the run's root cause
+       or (not e.in_main_file and d.run_id is not null and not coalesce(f.side_file, false))
 ),
 terminal as (
     select e.*, m.failure_class, m.tier, m.rank

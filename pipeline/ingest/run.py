@@ -54,6 +54,7 @@ from .lines import (
     unclassified,
 )
 from .readers import IngestLimits, iter_files
+from .roles import role_of
 from .steps import (
     MEMORY_KEYS,
     SOURCE_NAMES,
@@ -121,6 +122,7 @@ RUNS_SCHEMA = pa.schema(
     + [("gpu_memory_utilization", pa.float64()), ("actor_lr", pa.float64())]
     + [("config_json", pa.string()), ("verl_format", pa.string()), ("ingest_version", pa.int32())]
     + list(WANDB_RUN_FIELDS)
+    + [("file_roles", pa.list_(pa.struct([("file", pa.string()), ("role", pa.string())])))]
 )
 KIND_NAMES = pa.array(KINDS, pa.string())
 SOURCE_RANK = "case source when 'console' then 0 when 'seed_kv' then 1 when 'seed_timing' then 1 else 2 end"
@@ -273,6 +275,7 @@ class _RunIngest:
         self.config_dumps: list[ConfigCollector] = []
         self.wandb_config: dict | None = None
         self.wandb = WandbFiles()
+        self.file_roles: list[dict[str, str]] = []  # each file read, with the role its name tells
         self.scratch = scratch
         self.totals = RunTotals()
         self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
@@ -294,6 +297,7 @@ class _RunIngest:
             files = iter_files(self.entry.path, self.entry.form, self.limits, self.problems)
             for name, chunks in files:
                 self.totals.n_files += 1
+                self.file_roles.append({"file": name, "role": role_of(name)})
                 if WANDB_CONFIG.search(name):
                     kept: list[bytes] = []
                     self._file(pool, name, _kept(chunks, kept, WANDB_CONFIG_MAX_BYTES))
@@ -713,6 +717,7 @@ def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | No
             "verl_format": _verl_format(t),
             "ingest_version": INGEST_VERSION,
             **job.wandb.run_facts(),
+            "file_roles": job.file_roles,
         }
         runs_path = write_run_table(
             warehouse, "runs", entry.run_id, pa.Table.from_pylist([row], schema=RUNS_SCHEMA)
