@@ -110,14 +110,14 @@ def episode_explanations(model, signals: pd.DataFrame, result: pd.DataFrame) -> 
 
 def at_extreme(drivers: list[dict], rows: pd.DataFrame) -> list[dict]:
     """`drivers` with each key's value, baseline and z taken at the step of the episode (`rows`: its
-    signal_z rows) where the key is most extreme the way it moved at the peak (highest if it rose,
-    lowest if it fell), and that step."""
+    signal_z rows) where the key is furthest from the run's baseline the way it moved at the peak, in
+    its own units (z is clipped, and several steps of a large move would tie), and that step."""
     for d in drivers:
         for k in d["keys"]:
             series = rows[rows["key"] == k["key"]]
-            values = series["value"].to_numpy(dtype=float) * (1.0 if k["z"] >= 0 else -1.0)
-            best = series.iloc[int(np.nanargmax(values))] if np.isfinite(values).any() else None
-            if best is not None:
+            away = (series["value"] - series["baseline"]).to_numpy(dtype=float) * (1.0 if k["z"] >= 0 else -1.0)
+            if np.isfinite(away).any():
+                best = series.iloc[int(np.nanargmax(away))]
                 k.update(value=float(best["value"]), baseline=float(best["baseline"]), z=round(float(best["z"]), 2),
                          step=int(best["step"]))
     return drivers
