@@ -8,7 +8,9 @@ run as (
     from runs
     where list_contains($run_ids, run_id)
 ),
-lines as (
+-- not materialized: each use reads only the rows it needs from Parquet (a 300 MB log's lines held once
+-- in memory would spill to disk)
+lines as not materialized (
     select run_id, file, line_no, kind, pid, step, text
     from log_lines
     where list_contains($run_ids, run_id)
@@ -30,7 +32,8 @@ memory_lines as (
         -- the head names the call site ("After building vllm rollout"): drop prefix and log-level stamp
         trim(regexp_replace(split_part(text, ', memory allocated', 1),
                             '^(\([^)]*\))?\s*((DEBUG|INFO|WARNING):[0-9-]+ [0-9:,]+:)?', '')) as head,
-        try_cast(regexp_extract(text, 'memory allocated \(GB\): ([0-9.]+)', 1) as double) as allocated_gb,
+        case when contains(text, 'memory allocated (GB)') then
+            try_cast(regexp_extract(text, 'memory allocated \(GB\): ([0-9.]+)', 1) as double) end as allocated_gb,
         try_cast(regexp_extract(text, 'memory reserved \(GB\): ([0-9.]+)', 1) as double) as reserved_gb
     from lines
     where kind = 'memory' and contains(text, 'memory allocated (GB)')
@@ -65,7 +68,9 @@ logged_tp as (
     -- what the rollout engine was actually started with (vLLM server args / engine config)
     select
         l.run_id, l.file, l.line_no, l.text,
-        try_cast(regexp_extract(l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?(\d+)', 1) as bigint) as tp
+        -- `case` keeps the cheap `contains` first when DuckDB pushes `tp is not null` into the scan
+        case when contains(l.text, 'tensor_parallel_size') then try_cast(regexp_extract(
+            l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?(\d+)', 1) as bigint) end as tp
     from lines as l
     where l.kind <> 'config' and contains(l.text, 'tensor_parallel_size')
       -- `\b` keeps out Megatron's expert_tensor_parallel_size, which is the trainer's, not the rollout's
@@ -86,7 +91,8 @@ logged_n as (
     -- the old sync rollout prints its sampling kwargs, whose `n` is the rollout n it samples with
     select
         l.run_id, l.file, l.line_no, l.text,
-        try_cast(regexp_extract(l.text, '[''"]n[''"]:\s*(\d+)', 1) as bigint) as n
+        case when contains(l.text, 'kwargs: {') then
+            try_cast(regexp_extract(l.text, '[''"]n[''"]:\s*(\d+)', 1) as bigint) end as n
     from lines as l
     where l.kind <> 'config' and contains(l.text, 'kwargs: {')
       and regexp_matches(l.text, 'kwargs: \{.*[''"]n[''"]:\s*\d+')
@@ -253,7 +259,7 @@ event_findings as (
         e.run_id, w.finding, w.severity,
         w.message || format(' ({} such lines.)', count(*) over (partition by e.run_id, w.finding)) as message,
         e.file, e.line_no, e.message as text,
-        row_number() over (partition by e.run_id, w.finding order by e.line_no) as rank
+        row_number() over (partition by e.run_id, w.finding order by e.line_no, e.file) as rank
     from run_events as e
     join warning_findings as w using (event_class)
     where list_contains($run_ids, e.run_id)
