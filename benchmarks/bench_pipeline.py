@@ -35,15 +35,15 @@ from dagster import (  # noqa: E402
     materialize,
 )
 
-from pipeline.analysis import FLEET_DERIVED, RUN_DERIVED, analyze_archive, partition_tags  # noqa: E402
-from pipeline.definitions import build_definitions  # noqa: E402
-from pipeline.executors import reconstructable_job, resources_run_config  # noqa: E402
-from pipeline.jobs import NIGHTLY_ASSETS  # noqa: E402
+from pipeline.analysis import analyze_archive, partition_tags  # noqa: E402
+from pipeline.assets import FLEET_BEFORE_MODEL, NIGHTLY_ASSETS, RUN_BEFORE_MODEL  # noqa: E402
+from pipeline.definitions import build_definitions, reconstructable_job  # noqa: E402
+from pipeline.executors import resources_run_config  # noqa: E402
 from pipeline.partitions import RUN_PARTITIONS_NAME  # noqa: E402
 from pipeline.sensors import archive_cursor, finished_run_sensor  # noqa: E402
 from pipeline.simulate import simulate_fleet  # noqa: E402
 
-INGEST_DERIVE = ["runs", "log_lines", "step_metrics", *RUN_DERIVED]
+INGEST_DERIVE = RUN_BEFORE_MODEL
 SCORE_REPORT = ["step_anomalies", "run_report"]
 
 
@@ -114,7 +114,7 @@ def bench(root: Path, runs: int, seed: int, n_chunks: int, sample: int, steps_sc
         phases = {
             "ingest_derive": lambda: _run_chunks(instance, run_config, run_ids, INGEST_DERIVE, n_chunks),
             "fleet_and_model": lambda: _unpartitioned(
-                instance, run_config, [*FLEET_DERIVED, "anomaly_model"]
+                instance, run_config, [*FLEET_BEFORE_MODEL, "anomaly_model"]
             ),
             "score_report": lambda: _run_chunks(instance, run_config, run_ids, score_report, n_chunks),
             "fleet_report": lambda: _unpartitioned(instance, run_config, ["fleet_report"]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dagster import Definitions
+from dagster import Definitions, JobDefinition, build_reconstructable_job
 
 from pipeline.assets import ASSET_CHECKS, ASSETS
 from pipeline.executors import run_assets_dask_job
@@ -13,6 +13,8 @@ from pipeline.jobs import nightly_job, run_assets_job, run_health_job
 from pipeline.resources import SmtpResource, archive_from_env, bound_resources, smtp_from_env
 from pipeline.schedules import nightly_schedule
 from pipeline.sensors import finished_run_sensor, pipeline_failure_mail, run_attention_mail
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_definitions(
@@ -39,3 +41,16 @@ defs = build_definitions(
     reports=os.environ.get("VERL_HEALTH_REPORTS", "reports"),
     quiet_period_s=int(os.environ.get("VERL_HEALTH_QUIET_PERIOD_S", "600")),
 )
+
+
+def job_of_defs(name: str) -> JobDefinition:
+    """The job `name` of `defs`, resolved (what another process rebuilds from `reconstructable_job`)."""
+    return defs.resolve_job_def(name)
+
+
+def reconstructable_job(name: str, working_directory: str | Path = ROOT):
+    """A job of `defs` that other processes (dask workers, step processes) can rebuild by importing this module."""
+    return build_reconstructable_job(
+        "pipeline.definitions", "job_of_defs", reconstructable_args=(name,),
+        reconstructor_working_directory=str(working_directory),
+    )

@@ -17,20 +17,15 @@ and dask would hand the second run the first run's result.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import dask.distributed
-from dagster import define_asset_job, executor, multiple_process_executor_requirements
-from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
-from dagster._core.errors import raise_execution_interrupts
-from dagster._utils import iterate_with_context
+from dagster import define_asset_job, executor, multiple_process_executor_requirements, raise_execution_interrupts
 from dagster_dask import dask_executor
 from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements, query_on_dask_worker
 
 from pipeline.assets import PER_RUN_ASSETS
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class RunScopedDaskExecutor(DaskExecutor):
@@ -68,9 +63,14 @@ class RunScopedDaskExecutor(DaskExecutor):
                         key=f"{plan_context.job_name}.{run_id}.{step.key}",
                         resources=get_dask_resource_requirements(step.tags),
                     )
-            done = dask.distributed.as_completed(list(futures.values()), with_results=True)
-            for _, events in iterate_with_context(raise_execution_interrupts, done):
-                yield from events
+            done = iter(dask.distributed.as_completed(list(futures.values()), with_results=True))
+            while True:
+                # an interrupt (a run terminated) lands while waiting on the cluster, not mid-event
+                with raise_execution_interrupts():
+                    finished = next(done, None)
+                if finished is None:
+                    break
+                yield from finished[1]
         if self.cluster_type == "local":
             cluster.close()
 
@@ -111,10 +111,3 @@ run_assets_dask_job = define_asset_job(
     description="Per-run assets with each step a task on the dask.distributed cluster at $DASK_SCHEDULER_ADDRESS.",
 )
 
-
-def reconstructable_job(name: str, working_directory: str | Path = ROOT) -> ReconstructableJob:
-    """A job of `pipeline.definitions:defs` that other processes (dask workers, step processes) can rebuild."""
-    repo = ReconstructableRepository.for_module(
-        "pipeline.definitions", "defs", working_directory=str(working_directory)
-    )
-    return repo.get_reconstructable_job(name)

@@ -1,5 +1,6 @@
 """The Dagster deployment loads: one Definitions object, the asset graph, jobs, sensors and schedule."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,10 @@ def test_no_import_cycle_among_pipeline_modules():
     assert graph["pipeline.jobs"] >= {"pipeline.analysis"} and graph["pipeline.analysis"] >= {"pipeline.objectstore"}
     assert _cycle(graph) == [], " -> ".join(_cycle(graph))
     assert _cycle({**graph, "pipeline.objectstore": {"pipeline.analysis"}}), "the walk finds a known cycle"
+
+
+def test_public_dagster_apis_only():
+    private = [f"{p.relative_to(ROOT)}:{n}" for p in (ROOT / "pipeline").rglob("*.py")
+               for n, line in enumerate(p.read_text().splitlines(), 1)
+               if re.match(r"\s*(from|import)\s+dagster\._", line)]
+    assert private == []

@@ -10,7 +10,8 @@ from distributed import Client, LocalCluster
 from operate_support import simulate
 
 from pipeline import lake
-from pipeline.executors import dask_run_config, reconstructable_job, resources_run_config
+from pipeline.definitions import reconstructable_job
+from pipeline.executors import dask_run_config, resources_run_config
 from pipeline.partitions import RUN_PARTITIONS_NAME
 
 TABLES = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
