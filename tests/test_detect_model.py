@@ -171,6 +171,19 @@ def test_other_needs_two_unusual_steps_past_the_opening_and_a_signal_that_moved(
     assert list(flagged.loc[flagged["is_anomaly"], "step"]) == [5, 6]
 
 
+@pytest.mark.parametrize("moved, unusual, flagged", [
+    (range(1, 17), [13, 14, 15, 16], []),  # still settling past its first 10 steps: its opening
+    (list(range(1, 5)) + list(range(13, 17)), [13, 14, 15, 16], [13, 14, 15, 16]),  # settled at step 5
+    (range(1, 31), [24, 25], [24, 25]),  # never settles: judged past a tenth of its 200 steps
+])
+def test_the_opening_of_a_run_that_starts_off_lasts_until_it_settles(moved, unusual, flagged):
+    """A PPO critic warms up from scratch over dozens of steps (the official verl example runs: their
+    first ~30 of 435): the run's opening lasts until three steps in a row where nothing moved."""
+    frame = _steps(200, sig_top=(list(moved), 9.0, 1.0))
+    result = decide(frame, FixedScores(np.where(frame["step"].isin(unusual), 0.9, 0.3)))
+    assert list(result.loc[result["is_anomaly"], "step"]) == flagged
+
+
 @pytest.mark.parametrize("family, kept", [("timing", False), ("critic", True)])
 def test_a_stretch_next_to_a_named_episode_on_its_signals_is_that_episode(family, kept):
     """A gen slowdown at steps 24-26, then two unusual steps no rule names: its run-down when timing

@@ -7,6 +7,8 @@ import numpy as np
 # The opening steps of a run that starts off are a transient: the model does not call them `other`
 # (the rules still judge them).
 OPENING_STEPS, OPENING_SHARE = 10, 0.05
+OPENING_MAX_SHARE = 0.1  # a run still unsettled past this share of its steps is judged all the same
+SETTLED_STEPS = 3  # steps in a row where nothing moved: the run has settled
 
 
 def run_starts(runs: np.ndarray) -> np.ndarray:
@@ -35,15 +37,30 @@ def grow(runs: np.ndarray, seed: np.ndarray, loose: np.ndarray) -> np.ndarray:
 
 
 def opening(runs: np.ndarray, moved: np.ndarray) -> np.ndarray:
-    """Rows in the opening transient of a run that starts off: its first max(OPENING_STEPS,
-    OPENING_SHARE of its rows) rows, when some signal is already past its noise (`moved`) in its first
-    three rows. Training's opening is a transient (the critic warms up, the first validations precede
-    learning) that is off from the first step and settles; a run that starts in line has no such
-    excuse for what comes next."""
-    starts = np.flatnonzero(run_starts(runs))
+    """Rows in the opening transient of a run that starts off (some signal past its noise, `moved`, in
+    its first three rows): until the run settles (its first SETTLED_STEPS rows in a row where nothing
+    moved), at least its first max(OPENING_STEPS, OPENING_SHARE of its rows) rows and at most
+    OPENING_MAX_SHARE of them. Training's opening is a transient (the critic warms up from scratch,
+    the first validations precede learning) that is off from the first step and settles, in some
+    runs over dozens of steps; a run that starts in line has no such excuse for what comes next."""
+    new = run_starts(runs)
+    starts = np.flatnonzero(new)
     sizes = np.diff(np.r_[starts, len(runs)])
     position = np.arange(len(runs)) - np.repeat(starts, sizes)
     starts_off = np.bincount(np.repeat(np.arange(len(starts)), sizes), weights=(moved & (position < 3)).astype(float),
                              minlength=len(starts)) > 0
-    window = np.maximum(OPENING_STEPS, OPENING_SHARE * sizes)
+    settled = np.minimum.reduceat(np.where(_quiet_ahead(runs, moved), position, len(runs)), starts) if len(runs) else sizes
+    least = np.maximum(OPENING_STEPS, OPENING_SHARE * sizes)
+    window = np.clip(settled, least, np.maximum(least, OPENING_MAX_SHARE * sizes))
     return np.repeat(starts_off, sizes) & (position < np.repeat(window, sizes))
+
+
+def _quiet_ahead(runs: np.ndarray, moved: np.ndarray) -> np.ndarray:
+    """Rows that begin SETTLED_STEPS rows of their run in a row where nothing moved."""
+    quiet = ~moved
+    out = quiet.copy()
+    for k in range(1, SETTLED_STEPS):
+        ahead = np.r_[quiet[k:], np.zeros(k, bool)]
+        same = np.r_[runs[k:] == runs[:-k], np.zeros(k, bool)] if len(runs) > k else np.zeros(len(runs), bool)
+        out &= ahead & same
+    return out
