@@ -17,6 +17,8 @@ import duckdb
 import pyarrow.parquet as pq
 
 from pipeline import lake, tables
+from pipeline.error_templates import NAME as ERROR_TEMPLATES
+from pipeline.error_templates import register_line_templates
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "knowledge" / "derive_thresholds.toml"
@@ -184,6 +186,8 @@ def derive_run_tables(
 
 
 def _fleet_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str) -> int:
+    if name == ERROR_TEMPLATES:  # its SQL reads what Drain3 mined from the messages
+        register_line_templates(con)
     data = con.sql(sql_text(name)).to_arrow_table()
     lake.write_fleet_table(warehouse, name, data)
     _refresh_view(con, warehouse, name)

@@ -1,9 +1,9 @@
 """The `error_templates` fleet table: every run's error and warning lines mined into templates, and the
 templates no rule names that first appeared in a week (the fleet report's "New signatures").
 
-`sql/error_lines.sql` picks the lines, Drain3 (pipeline/templates_miner.py) mines their distinct
-messages, `sql/error_templates.sql` counts each template's runs and lines. A template becomes known
-when a pattern of `sql/run_events.sql` names its lines.
+Drain3 (pipeline/templates_miner.py) mines the distinct messages of `run_events`; `sql/error_templates.sql`
+counts each template's runs and lines. A template becomes known when a pattern of `sql/run_events.sql`
+names its lines.
 """
 
 from __future__ import annotations
@@ -19,56 +19,25 @@ from pipeline import lake
 from pipeline.templates_miner import mine_templates
 
 NAME = "error_templates"
-# what sql/error_lines.sql and sql/error_templates.sql read, with the columns of an empty stand-in
-READS = {
-    "run_events": "run_id varchar, file varchar, line_no bigint, kind varchar, event_class varchar,"
-                  " message varchar, ts timestamp, order_ts timestamp",
-    "runs": "run_id varchar, last_ts timestamp, mtime timestamp, ingested_at timestamp",
-    "run_summary": "run_id varchar, root_cause_file varchar, root_cause_line_no bigint",
-}
-MEMORY_LIMIT = "512MB"
+# run_events classes every traceback shares: not signatures of anything, so never mined
+FURNITURE = ("traceback", "traceback_frame", "traceback_code", "chained_exception")
 NEW_DAYS = 7
 MAX_NEW_SHOWN = 50
 
 
-def _sql(name: str) -> str:
-    from pipeline.derive import sql_text
-
-    return sql_text(name)
-
-
-def error_templates_table(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """The `error_templates` rows, from a connection with views of run_events, runs and run_summary."""
-    con.execute(f"create or replace temp table error_lines as {_sql('error_lines')}")
+def register_line_templates(con: duckdb.DuckDBPyConnection) -> int:
+    """Mine the distinct messages of `run_events` (furniture aside) with Drain3 and register the mapping as
+    `line_templates(message, template)` on `con`, for sql/error_templates.sql; returns the messages mined."""
     # oldest first: Drain3 widens a template as lines join it, so the order only decides which line
     # founds a template, never which template a line ends in
     messages = [m for (m,) in con.execute(
-        "select message from error_lines group by message order by min(seen_at) nulls last, message"
+        "select message from run_events where not list_contains($furniture, event_class) and trim(message) <> ''"
+        " group by message order by min(coalesce(ts, order_ts)) nulls last, message",
+        {"furniture": list(FURNITURE)},
     ).fetchall()]
     con.register("line_templates", pa.table({"message": pa.array(messages, pa.string()),
                                              "template": pa.array(mine_templates(messages), pa.string())}))
-    try:
-        return con.sql(_sql(NAME)).to_arrow_table()
-    finally:
-        con.unregister("line_templates")
-        con.execute("drop table error_lines")
-
-
-def derive_error_templates(warehouse: str | Path) -> int:
-    """Rewrite the `error_templates` fleet table from every run's events; returns its row count."""
-    con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT,
-                                 "temp_directory": str(Path(warehouse) / ".duckdb-tmp")})
-    try:
-        con.execute("set enable_progress_bar = false")
-        for table, stand_in in READS.items():
-            src = lake.table_source(warehouse, table)
-            con.execute(f"create temp view {table} as select * from {src}" if src
-                        else f"create temp table {table} ({stand_in})")
-        data = error_templates_table(con)
-    finally:
-        con.close()
-    lake.write_fleet_table(warehouse, NAME, data)
-    return data.num_rows
+    return len(messages)
 
 
 def new_signatures(warehouse: str | Path, day: date, days: int = NEW_DAYS) -> list[dict[str, Any]]:

@@ -110,13 +110,6 @@ TABLES = (
         "Per run that did not complete: each configuration change to try, from the run's own value.",
     ),
     Table(
-        "run_samples", "derived", "sql", ("runs", "log_lines"),
-        (),
-        "Sampled generations the log printed ([prompt]/[response]/[ground_truth]/[score]), a few per step range:"
-        " the best and worst score and every one with a cue (repetition, cut at the length limit, empty answer,"
-        " reward without the answer), with step, score and length.",
-    ),
-    Table(
         "fleet_daily", "fleet", "sql", ("run_summary",),
         (),
         "Runs per day with failure counts by class.",
@@ -135,6 +128,12 @@ TABLES = (
         "fleet_config_groups", "fleet", "sql", ("run_summary", "step_phases", "run_baselines"),
         (),
         "Phase shares and step times by config group (as run_baselines names it).",
+    ),
+    Table(
+        "error_templates", "fleet", "sql", ("runs", "run_events", "run_summary"),
+        ("template", "n_runs", "n_lines", "first_seen", "last_seen", "example", "known"),
+        "Error and warning lines of every run mined into templates (Drain3), with runs, lines, first and last"
+        " seen, an example, and whether a rule names them.",
     ),
     Table(
         "step_anomalies", "derived", "pipeline.detect.score_runs",

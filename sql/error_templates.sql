@@ -1,11 +1,17 @@
 -- Fleet table: the error and warning lines of every run mined into templates (variable parts as <*>).
--- Reads `error_lines` (sql/error_lines.sql) and `line_templates` (message -> template, mined by Drain3).
--- `known`: a run_events pattern names some line of the template; `root_cause_of`: the runs whose
--- root-cause line (run_summary) is one of its lines.
+-- `line_templates` (message -> template) is what Drain3 made of the messages (pipeline/error_templates.py
+-- registers it before this runs); traceback furniture (frames, code, headers) has no template.
+-- `known`: a run_events pattern gives some line of the template a class of its own (not error_other or
+-- warning_other). `seen_at`: the line's time, else the latest earlier in its file, else its run's.
+-- `root_cause_of`: the runs whose root-cause line (run_summary) is one of the template's lines.
 with lines as (
-    select l.*, t.template
-    from error_lines as l
+    select
+        e.run_id, e.file, e.line_no, e.kind, e.event_class, e.message, t.template,
+        e.event_class not in ('error_other', 'warning_other') as named,
+        coalesce(e.ts, e.order_ts, r.last_ts, r.mtime, r.ingested_at) as seen_at
+    from run_events as e
     join line_templates as t using (message)
+    left join runs as r using (run_id)
 ),
 roots as (
     select l.template, list(distinct l.run_id order by l.run_id) as root_cause_of

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from pipeline import derive, lake
-from pipeline.error_templates import derive_error_templates, new_signatures, unknown_templates_of_run
+from pipeline.error_templates import new_signatures, unknown_templates_of_run
 from pipeline.templates_miner import mine_templates
 
 # The same fault printed by three runs with different numbers, addresses and paths; no rule names it.
@@ -57,7 +57,7 @@ def fleet(tmp_path_factory) -> Path:
     for entry in found.entries:
         ingest_run(entry, wh)
     derive.derive_run_tables(wh, [e.run_id for e in found.entries])
-    derive_error_templates(wh)
+    derive.derive_fleet_table(wh, "error_templates")
     return wh
 
 

@@ -26,7 +26,7 @@ def report_day(context: AssetExecutionContext) -> dt.date:
 
 @asset(
     deps=["run_summary", "step_phases", "step_health", "run_events", "config_findings", "run_advice", "step_anomalies",
-          "run_baselines", "run_samples"],
+          "run_baselines"],
     partitions_def=run_partitions,
     backfill_policy=BackfillPolicy.single_run(),
     group_name="report",
@@ -45,7 +45,8 @@ def run_report(context: AssetExecutionContext, warehouse: WarehouseResource,
 
 
 @asset(
-    deps=["run_summary", "step_anomalies", "fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines"],
+    deps=["run_summary", "step_anomalies", "fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines",
+          "error_templates"],
     group_name="report",
 )
 def fleet_report(context: AssetExecutionContext, warehouse: WarehouseResource,
