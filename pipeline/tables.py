@@ -110,6 +110,13 @@ TABLES = (
         "Per run that did not complete: each configuration change to try, from the run's own value.",
     ),
     Table(
+        "run_samples", "derived", "sql", ("runs", "log_lines"),
+        (),
+        "Sampled generations the log printed ([prompt]/[response]/[ground_truth]/[score]), a few per step range:"
+        " the best and worst score and every one with a cue (repetition, cut at the length limit, empty answer,"
+        " reward without the answer), with step, score and length.",
+    ),
+    Table(
         "fleet_daily", "fleet", "sql", ("run_summary",),
         (),
         "Runs per day with failure counts by class.",

@@ -26,7 +26,7 @@ def report_day(context: AssetExecutionContext) -> dt.date:
 
 @asset(
     deps=["run_summary", "step_phases", "step_health", "run_events", "config_findings", "run_advice", "step_anomalies",
-          "run_baselines"],
+          "run_baselines", "run_samples"],
     partitions_def=run_partitions,
     backfill_policy=BackfillPolicy.single_run(),
     group_name="report",
