@@ -11,6 +11,7 @@ import pytest
 
 from pipeline import derive
 from pipeline.lake import connect
+from pipeline.report import render_run_report
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-logs"
 LOG_08 = "08_eto_megatron_grpo_qwen7b_math_two_runs_second_ctrl_c_step11.log"
@@ -64,7 +65,7 @@ def warehouse(tmp_path_factory) -> Path:
     found = discover_runs(archive, quiet_period_s=0, now=time.time() + 10**7)
     for entry in found.entries:
         ingest_run(entry, wh)
-    derive.derive_run_table(wh, "run_samples", [e.run_id for e in found.entries])
+    derive.derive_run_tables(wh, [e.run_id for e in found.entries])
     return wh
 
 
@@ -123,3 +124,39 @@ def test_real_log_with_interleaved_lines(warehouse):
     steps = [int(m.group(1)) for m in re.finditer(r"step:(\d+) - ", text)]
     assert {r["step"] for r in rows} <= set(steps)
     assert not any("wandb:" in r["response"] for r in rows)
+
+
+def _page(wh: Path, run_id: str, out: Path):
+    from report_fixtures import parse_html
+
+    return parse_html(render_run_report(wh, run_id, out).read_text())
+
+
+def test_run_report_shows_the_samples(warehouse, tmp_path):
+    doc = _page(warehouse, "small_samples", tmp_path)
+    shown = doc.find_all("details", cls="sample")
+    assert [(d.attrs["data-step"], d.attrs.get("data-cues")) for d in shown] == [
+        ("1", "repeats itself"), ("1", "empty answer"), ("2", "rewarded without the reference answer"),
+        ("2", "reference answer given, no reward"), ("3", None), ("3", "cut at the length limit")]
+    assert any("6 of the 7 samples the log printed" in p.text() for p in doc.find_all("p", cls="note"))
+    assert shown[3].find("pre", cls="response").text() == "6*7 = 42\n#### 42<|im_end|>"
+    real = _page(warehouse, "20_eto_fsdp_qwen7b_raytaskerror_actordied_step1", tmp_path)
+    text = (REAL / LOG_20).read_text(errors="replace")
+    response = re.search(r"\[response\] (.*)", text).group(1).strip()
+    (sample,) = real.find_all("details", cls="sample")
+    assert sample.find("pre", cls="response").text() == response
+    assert "score 0" in sample.find("summary").text()
+
+
+def test_a_run_without_printouts_has_no_samples_section(warehouse, tmp_path):
+    wh = tmp_path / "wh"
+    from pipeline.ingest import discover_runs, ingest_run
+
+    archive = tmp_path / "a"
+    archive.mkdir()
+    (archive / "quiet.log").write_text(R + "step:1 - critic/score/mean:0.1\n" + R + "step:2 - critic/score/mean:0.2\n")
+    for entry in discover_runs(archive, quiet_period_s=0, now=time.time() + 10**7).entries:
+        ingest_run(entry, wh)
+    derive.derive_run_tables(wh, ["quiet"])
+    doc = _page(wh, "quiet", tmp_path / "r")
+    assert not doc.find_all("details", cls="sample") and not doc.find_all("h2", id_="samples")

@@ -14,6 +14,7 @@ from pipeline.report import evidence, signals
 from pipeline.report.advice import Advice, advice_entry, run_config
 from pipeline.report.episodes import Episode, load_episodes
 from pipeline.report.labels import COMPLETENESS_LABELS, CONFIG_LABELS
+from pipeline.report.samples import RunSamples, load_samples
 from pipeline.report.warehouse import columns, one, rows, series, table_rows
 
 MAX_EARLIER_RUNS = 10
@@ -44,6 +45,7 @@ class RunReportData:
     run_advice: list[dict[str, Any]] = field(default_factory=list)
     signals: list[signals.Signal] = field(default_factory=list)
     validation: list[signals.Validation] = field(default_factory=list)
+    samples: RunSamples = field(default_factory=lambda: RunSamples([], 0))
 
 
 def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
@@ -88,6 +90,7 @@ def _read(con: duckdb.DuckDBPyConnection, run_id: str, earlier_group: list[str])
         run_advice=run_advice,
         signals=signals.load_signals(con, run_id, earlier_group),
         validation=signals.load_validation(con, run_id, earlier_group),
+        samples=load_samples(con, run_id, episodes),
     )
 
 
