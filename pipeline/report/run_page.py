@@ -45,7 +45,7 @@ def health_panels(h: dict[str, np.ndarray]) -> list[charts.Panel]:
         charts.Panel("Entropy", pick("entropy")),
         charts.Panel("Grad norm", pick("grad_norm", "critic_grad_norm"), log=True),
         charts.Panel("Response length & clip ratio", pick("response_length_mean"), right=pick("response_clip_ratio")),
-        charts.Panel("Memory (GB)", pick("mem_allocated_gb", "mem_reserved_gb", "cpu_memory_used_gb")),
+        charts.Panel("Memory (GB)", pick("mem_allocated_gb", "mem_reserved_gb", "cpu_memory_used_gb", "mem_total_gb")),
     ]
 
 
