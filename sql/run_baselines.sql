@@ -15,26 +15,36 @@ run as (
         t.throughput, t.mfu_actor,
         coalesce(first_ts, mtime, ingested_at) as started_at,
         coalesce(last_ts, mtime, ingested_at) as ended_at,
+        -- the log printed no time: the end is the archive file's modification (or ingest) time
+        last_ts is null as ended_by_file_time,
         -- the model by its name, wherever its files were: /mnt/hf/Qwen2.5-7B and Qwen/Qwen2.5-7B are one model
-        coalesce(nullif(regexp_extract(rtrim(model_path, '/'), '[^/]+$'), ''), '?') as model,
-        coalesce(adv_estimator, '?') as algorithm,
-        coalesce(rollout_n, 1) as rollout_n,
+        nullif(regexp_extract(rtrim(model_path, '/'), '[^/]+$'), '') as model,
+        adv_estimator as algorithm,
+        rollout_n,
         train_batch_size,
         ppo_mini_batch_size,
-        coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1) as n_gpus,
-        coalesce(rollout_engine, '?') as rollout_engine
+        n_gpus_per_node * coalesce(nnodes, 1) as n_gpus,
+        rollout_engine
     from run_summary as s
     left join throughput as t using (run_id)
 ),
 grouped as (
+    -- a run whose log does not name its model is compared with nothing: unknown settings are not the same
     select
         *,
-        concat_ws(' · ', model, algorithm, 'n=' || rollout_n,
-                  'batch ' || coalesce(train_batch_size::varchar, '?') || '/'
-                  || coalesce(ppo_mini_batch_size::varchar, '?'),
-                  n_gpus::varchar || ' GPUs', rollout_engine) as config_group,
-        concat_ws(' · ', model, algorithm, rollout_engine) as model_setup
+        case when model is not null then concat_ws(' · ', model, coalesce(algorithm, '?'),
+            'n=' || coalesce(rollout_n::varchar, '?'),
+            'batch ' || coalesce(train_batch_size::varchar, '?') || '/' || coalesce(ppo_mini_batch_size::varchar, '?'),
+            coalesce(n_gpus::varchar, '?') || ' GPUs', coalesce(rollout_engine, '?')) end as config_group,
+        case when model is not null then concat_ws(' · ', model, coalesce(algorithm, '?'), coalesce(rollout_engine, '?'))
+        end as model_setup
     from run
+),
+scoped as (
+    -- the windows' partitions: a null key would gather every run that lacks one into one "group"
+    select *, coalesce(experiment_name, run_id) as exp_key, coalesce(config_group, run_id) as group_key,
+           coalesce(model_setup, run_id) as setup_key
+    from grouped
 ),
 baselines as (
     select
@@ -54,19 +64,19 @@ baselines as (
         count(throughput) over m as setup_prior_runs,
         median(throughput) over m as setup_throughput,
         median(mfu_actor) over m as setup_mfu_actor
-    from grouped
+    from scoped
     window
-        e as (partition by experiment_name order by ended_at, run_id
+        e as (partition by exp_key order by ended_at, run_id
               rows between unbounded preceding and 1 preceding),
-        g as (partition by config_group order by ended_at, run_id
+        g as (partition by group_key order by ended_at, run_id
               rows between unbounded preceding and 1 preceding),
-        m as (partition by model_setup order by ended_at, run_id
+        m as (partition by setup_key order by ended_at, run_id
               rows between unbounded preceding and 1 preceding)
 )
 select
     run_id, experiment_name, config_group, model_setup, model, algorithm, rollout_n, train_batch_size,
-    ppo_mini_batch_size, n_gpus, rollout_engine, started_at, ended_at, failure_class, last_step, expected_steps,
-    goodput, bottleneck_phase, median_step_s, throughput, mfu_actor,
+    ppo_mini_batch_size, n_gpus, rollout_engine, started_at, ended_at, ended_by_file_time, failure_class, last_step,
+    expected_steps, goodput, bottleneck_phase, median_step_s, throughput, mfu_actor,
     exp_prior_runs,
     exp_median_step_s,
     median_step_s / nullif(exp_median_step_s, 0) as exp_step_ratio,

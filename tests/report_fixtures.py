@@ -13,6 +13,8 @@ from pipeline import derive, lake
 
 PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
           "update_weights")
+# the fleet tables the reports read, in the order derive writes them (run_baselines before the groups)
+REPORTED_FLEET_TABLES = ("fleet_daily", "fleet_weekly", "run_baselines", "fleet_config_groups")
 HOSTILE_SCRIPT = "<script>alert('pwned')</script>"
 HOSTILE_IMG = '"><img src=x onerror=alert(1)>'
 
@@ -44,13 +46,13 @@ class RunSpec:
     n_steps: int = 60
     expected_steps: int | None = None
     episodes: list[tuple[int, int, str]] = field(default_factory=list)
-    experiment: str = "exp-a"
+    experiment: str | None = "exp-a"
     ended_at: datetime = datetime(2026, 11, 28, 12, 0)
     step_s: float = 30.0
     hostile: bool = False
     seed: int = 0
     with_logs: bool = True
-    model_path: str = "Qwen/Qwen2.5-7B-Instruct"
+    model_path: str | None = "Qwen/Qwen2.5-7B-Instruct"
     n_gpus_per_node: int = 8
     train_batch_size: int = 256
     mfu_actor: float = 0.35
@@ -196,7 +198,7 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
         "segment": pa.array(events["segment"], pa.int32()),
     }))
 
-    experiment = spec.experiment + (HOSTILE_IMG if spec.hostile else "")
+    experiment = None if spec.experiment is None else spec.experiment + (HOSTILE_IMG if spec.hostile else "")
     config = {"project_name": "verl-demo", "experiment_name": experiment, "model_path": spec.model_path,
               "rollout_engine": "vllm", "adv_estimator": "grpo", "strategy": "fsdp",
               "n_gpus_per_node": spec.n_gpus_per_node,
@@ -260,7 +262,8 @@ def build_warehouse(warehouse: Path, specs: list[RunSpec]) -> Path:
     """Write all runs, derive the fleet tables from them with the project's SQL, return the warehouse folder."""
     for spec in specs:
         write_run(warehouse, spec)
-    derive.derive_fleet_tables(warehouse)
+    for table in REPORTED_FLEET_TABLES:
+        derive.derive_fleet_table(warehouse, table)
     return warehouse
 
 

@@ -380,6 +380,18 @@ def test_config_groups_are_the_settings_that_fix_a_steps_work(tmp_path):
     assert shown == list(groups)
 
 
+def test_runs_whose_log_names_no_model_are_compared_with_nothing(tmp_path):
+    """Three runs with no model in their logs (and no experiment) are no config group: the last one, twice as
+    slow per step, is no regression; the group table lists them as settings not in the log."""
+    specs = [RunSpec(run_id=f"anon-{i}", model_path=None, experiment=None, step_s=30 * (2 if i == 2 else 1),
+                     ended_at=datetime(2026, 11, 20 + i), seed=i) for i in range(3)]
+    warehouse = build_warehouse(tmp_path / "wh", specs)
+    doc = page(render_fleet_report(warehouse, tmp_path / "rep", DAY))
+    assert not doc.find_all("table", id_="regression-table")
+    rows = doc.find("table", id_="config-groups").find_all("tr")[1:]
+    assert [(r.find_all("td")[0].text(), r.find_all("td")[1].text()) for r in rows] == [("settings not in the log", "3")]
+
+
 def _val_metrics(values: dict[int, float]) -> pa.Table:
     steps = sorted(values)
     return pa.table({"step": pa.array(steps, pa.int64()), "key": ["val-core/openai/gsm8k/acc/mean@1"] * len(steps),

@@ -35,6 +35,7 @@ class FleetRun:
     experiment: str
     config_group: str
     ended_at: datetime | None
+    ended_by_file_time: bool
     episodes: int
     anomalous_steps: int
     top_anomaly: str | None
@@ -110,6 +111,7 @@ def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> Fl
         experiment=str(r.get("experiment_name") or ""),
         config_group=str(base.get("config_group") or ""),
         ended_at=_naive(base.get("ended_at") or r.get("last_ts") or r.get("mtime") or r.get("ingested_at")),
+        ended_by_file_time=bool(base.get("ended_by_file_time", r.get("last_ts") is None)),
         episodes=int(a.get("episodes") or 0),
         anomalous_steps=int(a.get("steps") or 0),
         top_anomaly=a.get("top"),

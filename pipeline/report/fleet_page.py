@@ -83,7 +83,7 @@ def _weekly_chart(weeks: list[dict[str, Any]]):
 def _group_shares(groups: list[dict[str, Any]]) -> list[tuple[str, dict[str, float]]]:
     phases = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
               "update_weights", "other")
-    return [(g["config_group"], {p: g[f"share_{p}"] for p in phases if g.get(f"share_{p}")})
+    return [(g["config_group"] or "settings not in the log", {p: g[f"share_{p}"] for p in phases if g.get(f"share_{p}")})
             for g in groups[:MAX_CHART_GROUPS]]
 
 

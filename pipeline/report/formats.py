@@ -30,11 +30,15 @@ def fmt_duration(seconds: Any) -> str:
     return f"{sec} s"
 
 
-def fmt_time(value: Any) -> str:
-    """A time with its zone: the zone it carries, else the log's own clock (verl prints no zone)."""
+def fmt_time(value: Any, file_time: bool = False) -> str:
+    """A time with its zone: the zone it carries; for a file's time (read in this machine's zone) that zone;
+    else the log's own clock (verl prints no zone)."""
     if not isinstance(value, datetime):
         return "–" if value is None or isinstance(value, Undefined) else str(value)
-    zone = value.tzname() if value.tzinfo is not None else LOG_CLOCK
+    if value.tzinfo is not None:
+        zone = value.tzname()
+    else:
+        zone = f"{datetime.now().astimezone().tzname()} (file time)" if file_time else LOG_CLOCK
     return f"{value:%Y-%m-%d %H:%M} {zone}"
 
 

@@ -115,7 +115,7 @@ def _earlier_runs(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str,
     if "ended_at" not in columns(con, "run_baselines"):
         return []
     return rows(con, "select b.run_id, b.failure_class, b.last_step, b.expected_steps, b.median_step_s, b.goodput, "
-                     "b.bottleneck_phase, b.ended_at from run_baselines b join run_baselines me "
+                     "b.bottleneck_phase, b.ended_at, b.ended_by_file_time from run_baselines b join run_baselines me "
                      "on me.run_id = $run_id and b.experiment_name = me.experiment_name and b.run_id <> me.run_id "
                      "and (me.ended_at is null or b.ended_at is null or b.ended_at < me.ended_at) "
                      "order by b.ended_at desc nulls last, b.run_id desc limit $n",
