@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from email.message import EmailMessage
 
+from pipeline.report.labels import CLASS_LABELS
 from pipeline.vocabulary import NOT_FAILED
 
 
@@ -77,7 +78,8 @@ def run_attention_message(runs: list[dict], smtp) -> EmailMessage:
     msg["To"] = ", ".join(smtp.recipients)
     parts = []
     for r in runs:
-        lines = [f"{r['run_id']}: {r['failure_class']} at step {r['last_step']} of {r['expected_steps']}"]
+        outcome = CLASS_LABELS.get(r["failure_class"], r["failure_class"])
+        lines = [f"{r['run_id']}: {outcome} at step {r['last_step']} of {r['expected_steps']}"]
         if r["root_cause_text"] and r["failure_class"] != "completed":
             lines.append(f"  root cause: {r['root_cause_text'][:300]}")
         if r.get("advice"):

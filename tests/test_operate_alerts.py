@@ -143,22 +143,22 @@ def test_runs_needing_attention_are_mailed(smtp_server, tmp_path):
     paragraphs = {p.split(":", 1)[0]: p.splitlines() for p in body.strip().split("\n\n")}
     report = "  report: https://health.test.local/reports/runs/{}.html".format
     assert paragraphs == {
-        "advised-run": ["advised-run: python_exception at step 3 of 100",
+        "advised-run": ["advised-run: Python exception at step 3 of 100",
                         "  root cause: KeyError: 'old_log_probs'",
                         "  try: trainer.resume_mode: auto -> disable (w1)",
                         "  try: data.max_prompt_length: not in the log -> 1024 (w2)",
                         "  try: a.b: 1 -> 2 (w3)",
                         report("advised-run")],
-        "nccl-run": ["nccl-run: nccl_timeout at step 7 of 100",
+        "nccl-run": ["nccl-run: NCCL timeout at step 7 of 100",
                      "  root cause: Watchdog caught collective operation timeout",
                      f"  advice: {NCCL_ADVICE}",
                      report("nccl-run")],
-        "oom-run": ["oom-run: cuda_oom at step 42 of 100",
+        "oom-run": ["oom-run: CUDA OOM at step 42 of 100",
                     f"  root cause: {LONG_CAUSE[:300]}",
                     f"  advice: {OOM_ADVICE}",
                     "  2 anomalous steps: gen_slowdown, memory_pressure",
                     report("oom-run")],
-        "spiky-run": ["spiky-run: completed at step 100 of 100",
+        "spiky-run": ["spiky-run: Completed at step 100 of 100",
                       "  1 anomalous steps: kl_spike",
                       report("spiky-run")],
     }

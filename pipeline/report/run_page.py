@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.report import charts
-from pipeline.report.formats import now_with_zone
+from pipeline.report.formats import fmt_pct, now_with_zone
 from pipeline.report.run_data import RunReportData
 from pipeline.report.verdict import verdict
 
@@ -84,6 +84,7 @@ def run_context(data: RunReportData) -> dict[str, Any]:
         "s": s,
         "verdict": verdict(s, len(data.episodes)),
         **{f.name: getattr(data, f.name) for f in fields(data)},
+        "completeness": {**data.completeness, "parse_completeness": fmt_pct(data.completeness.get("parse_completeness"), 1)},
         "phase_table": phase_table(data),
         "bottleneck": s.get("bottleneck_phase"),
         "median_step": s.get("median_step_s"),
