@@ -243,3 +243,112 @@ def test_verl_signals_validation_and_sources_are_shown(driver, reports):
     box = driver.find_element(By.ID, "failure-advice").text
     assert "seed articles" not in box and "verl log analysis guide" in box
     assert "verl distributed debugging tips §4.2" in box
+
+
+def _plot_point(driver, panel_css: str, fx: float):
+    """Viewport coordinates of a point `fx` of the way across a chart panel's plot area, mid-height."""
+    from pipeline.report import charts
+
+    return driver.execute_script(
+        "const s = document.querySelector(arguments[0]); const r = s.getBoundingClientRect();"
+        "const k = r.width / arguments[1];"
+        "return [r.left + k * (arguments[2] + arguments[4] * (arguments[1] - arguments[2] - arguments[3])),"
+        " r.top + k * (arguments[5] + (arguments[6] - arguments[5]) / 2)];",
+        panel_css, charts.W, charts.LEFT, charts.RIGHT, fx, charts.TOP, charts.H - charts.BOTTOM)
+
+
+def test_chart_values_show_on_hover(driver, reports):
+    """Under the pointer a chart panel names the step and the value the warehouse holds for it."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    driver.get((reports / "runs" / "run-anomalous.html").resolve().as_uri())
+    panel = "[data-chart=health] svg[data-panel=Entropy]"
+    driver.execute_script("document.querySelector(arguments[0]).scrollIntoView({block: 'center'})", panel)
+    x, y = _plot_point(driver, panel, 0.5)
+    column = driver.execute_script("return document.elementFromPoint(arguments[0], arguments[1])", x, y)
+    title = column.find_element("css selector", "title").get_attribute("textContent")
+    found = re.fullmatch(r"step (\d+) · entropy ([0-9.]+)(?: · .*)?", title)
+    assert found, title
+    con = lake.connect(reports.parent / "wh")
+    try:
+        (value,) = con.execute("select entropy from step_health where run_id = 'run-anomalous' and step = $s",
+                               {"s": int(found.group(1))}).fetchone()
+    finally:
+        con.close()
+    assert float(found.group(2)) == pytest.approx(value, rel=5e-3)
+    before = float(driver.execute_script("return getComputedStyle(arguments[0]).opacity", column))
+    ActionChains(driver).move_to_element(column).perform()
+    after = float(driver.execute_script("return getComputedStyle(arguments[0]).opacity", column))
+    assert before == 0 and after > 0
+
+
+def test_charts_follow_dark_mode(driver, reports):
+    """The run report's curves and chart text change colour under prefers-color-scheme: dark."""
+    def colours():
+        driver.get((reports / "runs" / "run-anomalous.html").resolve().as_uri())
+        return driver.execute_script(
+            "const c = document.querySelector('[data-chart=health] path.l.s0');"
+            "const t = document.querySelector('[data-chart=health] text');"
+            "return [getComputedStyle(c).stroke, getComputedStyle(t).fill]")
+
+    def luminance(css: str) -> float:
+        r, g, b = (int(x) for x in css[css.index("(") + 1:css.index(")")].split(",")[:3])
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    light_curve, light_text = colours()
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                           {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        dark_curve, dark_text = colours()
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    assert light_curve != dark_curve
+    assert luminance(light_text) < 100 and luminance(dark_text) > 180
+
+
+@pytest.fixture(scope="module")
+def sample_reports(tmp_path_factory):
+    """Run reports of two real logs that print sampled generations (08: 68 long ones; 20: one)."""
+    import time
+
+    from pipeline import derive
+    from pipeline.ingest import discover_runs, ingest_run
+
+    root = tmp_path_factory.mktemp("browser_samples")
+    archive = root / "archive"
+    archive.mkdir()
+    real = Path(__file__).resolve().parents[2] / "shared" / "real-logs"
+    for name in ("08_eto_megatron_grpo_qwen7b_math_two_runs_second_ctrl_c_step11.log",
+                 "20_eto_fsdp_qwen7b_raytaskerror_actordied_step1.log"):
+        shutil.copy2(real / name, archive / name)
+    entries = discover_runs(archive, quiet_period_s=0, now=time.time() + 10**7).entries
+    for entry in entries:
+        ingest_run(entry, root / "wh")
+    derive.derive_run_tables(root / "wh", [e.run_id for e in entries])
+    return {e.run_id[:2]: render_run_report(root / "wh", e.run_id, root / "reports") for e in entries}
+
+
+def test_a_run_that_prints_samples_shows_them(driver, sample_reports):
+    """Log 20's one printed response is on the page as the log has it; log 08's long ones wrap at 400 px
+    (they stay inside the page's width)."""
+    from selenium.webdriver.common.by import By
+
+    real = Path(__file__).resolve().parents[2] / "shared" / "real-logs"
+    text = (real / "20_eto_fsdp_qwen7b_raytaskerror_actordied_step1.log").read_text(errors="replace")
+    response = re.search(r"\[response\] (.*)", text).group(1).strip()
+    driver.get(sample_reports["20"].resolve().as_uri())
+    (sample,) = driver.find_elements(By.CSS_SELECTOR, "details.sample")
+    assert sample.find_element(By.CSS_SELECTOR, "pre.response").is_displayed()
+    assert sample.find_element(By.CSS_SELECTOR, "pre.response").text == response
+    try:
+        driver.set_window_size(400, 900)
+        driver.get(sample_reports["08"].resolve().as_uri())
+        driver.execute_script("document.querySelectorAll('details.sample').forEach(d => d.open = true)")
+        assert len(driver.find_elements(By.CSS_SELECTOR, "details.sample")) >= 6
+        wider = driver.execute_script(
+            "const w = document.documentElement.clientWidth;"
+            "return Array.from(document.querySelectorAll('details.sample, details.sample *'))"
+            ".filter(e => e.getBoundingClientRect().right > w + 1).map(e => e.tagName)")
+        assert not wider
+    finally:
+        driver.set_window_size(1280, 900)
