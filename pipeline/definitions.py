@@ -9,7 +9,7 @@ from dagster import Definitions, JobDefinition, build_reconstructable_job
 
 from pipeline.assets import ASSET_CHECKS, ASSETS
 from pipeline.executors import run_assets_dask_job
-from pipeline.jobs import nightly_job, run_assets_job, run_health_job
+from pipeline.jobs import analyze_archive_job, nightly_job, run_assets_job, run_health_job
 from pipeline.resources import SmtpResource, archive_from_env, bound_resources, smtp_from_env
 from pipeline.schedules import nightly_schedule
 from pipeline.sensors import finished_run_sensor, pipeline_failure_mail, run_attention_mail
@@ -28,7 +28,7 @@ def build_definitions(
     return Definitions(
         assets=ASSETS,
         asset_checks=ASSET_CHECKS,
-        jobs=[run_assets_job, run_assets_dask_job, nightly_job, run_health_job],
+        jobs=[run_assets_job, run_assets_dask_job, nightly_job, run_health_job, analyze_archive_job],
         sensors=[finished_run_sensor, pipeline_failure_mail, run_attention_mail],
         schedules=[nightly_schedule],
         resources=bound_resources(archive, warehouse, reports, quiet_period_s, smtp),

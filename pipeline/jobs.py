@@ -1,12 +1,14 @@
-"""Jobs: per-run assets (the sensor's), the nightly fleet job, and `run_health_job` for launchers."""
+"""Jobs: per-run assets (the sensor's), the nightly fleet job, `run_health_job` for launchers, and
+`analyze_archive_job` (the archive's runs, or a selection of them, as `verl-health analyze` does)."""
 
+import datetime as dt
 from pathlib import Path
 
 from dagster import Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
 from pipeline.assets import NIGHTLY_ASSETS, PER_RUN_ASSETS
-from pipeline.analysis import analyze_archive, entry_root, resolve_entry, verdict
+from pipeline.analysis import RunSelection, analyze_archive, entry_root, resolve_entry, verdict
 from pipeline.tables import MODEL
 from pipeline.resources import ArchiveResource, ReportsResource, WarehouseResource
 
@@ -49,3 +51,41 @@ def analyze_finished_run(
 def run_health_job():
     """The job a training launcher calls when a verl run ends."""
     analyze_finished_run()
+
+
+class ArchiveSelectionConfig(Config):
+    """Which runs of the archive to analyse, as `verl-health analyze --include --since --until` (all by default)."""
+
+    include: str | None = Field(default=None, description="Only the run ids matching this glob (e.g. 'grpo-qwen7b-*').")
+    since: str | None = Field(default=None, description="Only runs last active on or after this day (YYYY-MM-DD).")
+    until: str | None = Field(default=None, description="Only runs last active on or before this day (YYYY-MM-DD).")
+
+    def selection(self) -> RunSelection:
+        """The RunSelection these settings describe (a malformed day raises ValueError)."""
+        return RunSelection(self.include, _day(self.since), _day(self.until))
+
+
+def _day(text: str | None) -> dt.date | None:
+    return dt.date.fromisoformat(text) if text else None
+
+
+@op(description="Ingest, derive, score and report the archive's finished runs that the selection keeps.")
+def analyze_selected_runs(
+    context: OpExecutionContext,
+    config: ArchiveSelectionConfig,
+    archive: ArchiveResource,
+    warehouse: WarehouseResource,
+    reports: ReportsResource,
+) -> list[str]:
+    """Analyse the selected runs through the asset jobs, in this instance; returns their run ids."""
+    outcome = analyze_archive(archive.root, warehouse.root, reports.root, instance=context.instance,
+                              quiet_period_s=archive.quiet_period_s, select=config.selection())
+    context.log.info(f"analysed {len(outcome.run_ids)} runs; fleet report at {outcome.fleet_report}")
+    return outcome.run_ids
+
+
+@job(description="Analyse the archive's runs, or a selection: `--config-json '{\"ops\": {\"analyze_selected_runs\": "
+                 "{\"config\": {\"include\": \"grpo-*\", \"since\": \"2026-11-23\"}}}}'`.")
+def analyze_archive_job():
+    """`verl-health analyze` as a Dagster job, its selection as run config."""
+    analyze_selected_runs()
