@@ -115,7 +115,12 @@ measured as (
         string_split_regex(trim(s.response), '\s+') as words,
         list_filter(string_split(s.response, chr(10)), lambda x: length(trim(x)) >= p.min_repeat_line_chars)
             as long_lines,
-        m.max_tokens
+        m.max_tokens,
+        -- a reference answer to look for in the response: short and plain (not 'None', not a dict or list
+        -- such as countdown's {'target': 98}, which a right answer never contains as such)
+        case when s.ground_truth not in ('', 'None') and length(s.ground_truth) <= p.max_answer_chars
+                  and not regexp_matches(s.ground_truth, '[{}\[\]]')
+             then s.ground_truth end as plain_truth
     from stepped as s
     cross join params as p
     left join limit_len as m using (run_id)
@@ -132,16 +137,12 @@ cued as (
             case when (not m.has_end_marker and bool_or(m.has_end_marker) over (partition by m.run_id))
                    or m.response_chars >= p.chars_per_token * m.max_tokens
                  then 'cut_at_max_length' end,
-            case when m.score > 0 and (m.acc = 'false'
-                   or (m.ground_truth is not null and m.ground_truth not in ('', 'None')
-                       and length(m.ground_truth) <= p.max_answer_chars
-                       and not contains(m.answer, m.ground_truth)))
+            case when m.score > 0 and (m.acc = 'false' or not contains(m.answer, m.plain_truth))
                  then 'reward_without_answer' end,
-            case when m.score <= 0 and m.ground_truth is not null and m.ground_truth not in ('', 'None')
-                   and length(m.ground_truth) <= p.max_answer_chars
+            case when m.score <= 0
                    -- stated as the final answer (boxed, after ####, or on an "answer" line), not merely mentioned
                    and regexp_matches(m.answer, '(?i)(boxed\{\s*|####\s*|answer[^\n]{0,40}?[^0-9.])'
-                                      || regexp_escape(m.ground_truth) || '([^0-9.]|\.\D|\.$|$)')
+                                      || regexp_escape(m.plain_truth) || '([^0-9.]|\.\D|\.$|$)')
                  then 'answer_without_reward' end
         ], lambda x: x is not null) as cues
     from measured as m

@@ -20,7 +20,7 @@ LOG_20 = "20_eto_fsdp_qwen7b_raytaskerror_actordied_step1.log"
 R = "(TaskRunner pid=100) "
 W = "(WorkerDict pid=200) "
 REPEATED = "I repeat this line again and again."
-# Hand-written: seven printouts around three step lines; what each should show is worked out by hand below.
+# Hand-written: eight printouts around three step lines; what each should show is worked out by hand below.
 SMALL_LOG = "\n".join([
     R + "Training from scratch",
     # step 1: a response that repeats a line (a worker's line interleaved in it), and an empty one
@@ -44,6 +44,9 @@ SMALL_LOG = "\n".join([
     R + "[ground_truth] 7", R + "[score] 0.5",
     R + "[prompt] user", R + "What is 3+4?", R + "[response] Let me think step by step and",
     R + "[ground_truth] 7", R + "[score] 0.0",
+    # countdown prints its ground truth as a dict: no answer to look for, so no cue
+    R + "[prompt] user", R + "Make 98 from 44, 19, 35.", R + "[response] <answer>44 + 19 + 35</answer><|im_end|>",
+    R + "[ground_truth] {'target': 98, 'numbers': [44, 19, 35]}", R + "[score] 1.0",
     R + "step:3 - critic/score/mean:0.500 - actor/entropy:0.800",
     # the log ends mid-print: a prompt with no response is no sample
     R + "[prompt] user", R + "What is 1+1?",
@@ -90,8 +93,9 @@ def test_hand_written_log_samples_and_cues(warehouse):
         (3, 1.0, [], ["best"]),
         (3, 0.0, ["cut_at_max_length"], ["worst", "cue"]),
     ]
-    # seven complete printouts; the unremarkable 0.5 of step 3 is not kept, the cut-off prompt is none
-    assert {r["run_samples"] for r in rows} == {7}
+    # eight complete printouts; step 3's unremarkable 0.5 and countdown's second 1.0 are not kept, the
+    # cut-off prompt is none
+    assert {r["run_samples"] for r in rows} == {8}
     first = rows[0]
     assert first["response"] == "\n".join(["The answer is the answer is the answer.", *[REPEATED] * 4, "<|im_end|>"])
     assert first["prompt"] == "user\nWhat is 6*7?" and first["ground_truth"] == "42"
@@ -138,7 +142,7 @@ def test_run_report_shows_the_samples(warehouse, tmp_path):
     assert [(d.attrs["data-step"], d.attrs.get("data-cues")) for d in shown] == [
         ("1", "repeats itself"), ("1", "empty answer"), ("2", "rewarded without the reference answer"),
         ("2", "reference answer given, no reward"), ("3", None), ("3", "cut at the length limit")]
-    assert any("6 of the 7 samples the log printed" in p.text() for p in doc.find_all("p", cls="note"))
+    assert any("6 of the 8 samples the log printed" in p.text() for p in doc.find_all("p", cls="note"))
     assert shown[3].find("pre", cls="response").text() == "6*7 = 42\n#### 42<|im_end|>"
     real = _page(warehouse, "20_eto_fsdp_qwen7b_raytaskerror_actordied_step1", tmp_path)
     text = (REAL / LOG_20).read_text(errors="replace")
