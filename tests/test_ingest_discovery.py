@@ -134,3 +134,13 @@ def test_an_archive_root_that_cannot_be_listed_is_an_error(tmp_path):
     found = discover_runs(tmp_path / "missing")
     assert found.entries == [] and len(found.errors) == 1
     assert found.errors[0].startswith(f"cannot list archive root {tmp_path / 'missing'}: ")
+
+
+def test_a_folder_ending_is_read_from_its_logs_not_its_metric_files(tmp_path):
+    """Three TensorBoard event files and a JSONL outweigh the driver log, whose tail says the run is done."""
+    for i in range(3):
+        _touch(tmp_path / "r" / "tb" / f"events.out.tfevents.17000000{i}.node.1.0", "x" * 200_000)
+    _touch(tmp_path / "r" / "metrics.jsonl", '{"step": 1}\n' * 20_000)
+    _touch(tmp_path / "r" / "train.log", "step:5 - a:1\nFinal validation metrics: {'acc': 0.5}\n")
+    (entry,) = discover_runs(tmp_path, quiet_period_s=600).entries
+    assert entry.finished and entry.end_marker == "Final validation metrics"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .readers import MARKER_NAMES, entry_stem
+from .roles import NOT_LOGS, role_of
 
 END_MARKERS = re.compile(
     rb"Final validation metrics|Error executing job|Set the environment variable HYDRA_FULL_ERROR"
@@ -133,7 +134,8 @@ def _end_marker(path: Path, form: str, files: list[Path]) -> str | None:
     if form in ("log", "gz"):
         return end_marker_in(_tail(path, form == "gz"))
     if form == "dir":
-        logs = [p for p in files if p.name not in MARKER_NAMES and not p.name.endswith(".jsonl")]
+        # the largest logs: a TensorBoard event file, a JSONL metrics file or a logger's side file prints no ending
+        logs = [p for p in files if p.name not in MARKER_NAMES and role_of(p.name) not in NOT_LOGS]
         for p in sorted(logs, key=lambda p: p.stat().st_size if p.exists() else 0, reverse=True)[:3]:
             found = end_marker_in(_tail(p, p.name.endswith(".gz")))
             if found:

@@ -25,8 +25,8 @@ ROLES = (
 )
 _COMPILED = tuple((role, re.compile(pattern)) for role, pattern in ROLES)
 CONSOLE = "console"
-# roles whose errors are the process's own: a root cause found only there explains a driver's failure
-PROCESS_ROLES = ("ray_worker", "raylet", "ray_system", "inference_server", "slurm", CONSOLE)
+# files no process printed: metrics and the loggers' own records
+NOT_LOGS = ("logger_files", "tensorboard", "metrics_jsonl")
 
 
 def role_of(file: str) -> str:
