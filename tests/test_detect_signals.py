@@ -169,3 +169,18 @@ def test_a_one_step_spike_does_not_read_as_sustained_a_two_step_move_does():
     two = z[z["key"] == "timing_s/old_log_prob"].set_index("step")
     assert one.loc[41, "z"] > 20 and one.loc[[40, 41, 42], "zs"].abs().max() < 3
     assert two.loc[[41, 42], "zs"].min() > 20
+
+
+def test_a_share_of_the_batch_counts_by_its_size_not_its_ratio():
+    """A quarter of the responses cut at the length limit for five steps, where a few percent are cut on
+    some steps and none on most (as verl logs `response_length/clip_ratio`), is a move; a share of
+    clipped tokens going from about 0.0005 to 0.002 (4x, but a fifth of a percent) is not."""
+    rng = np.random.default_rng(3)
+    n = 120
+    cut = np.where(rng.random(n) < 0.3, np.round(rng.uniform(0, 0.04, n), 3), 0.0)
+    cut[60:65] = 0.25
+    clipped = np.round(np.abs(rng.normal(0.0005, 0.0003, n)), 4)
+    clipped[60:65] = 0.002
+    z = signal_z(long_rows("r", {"response_length/clip_ratio": cut, "actor/pg_clipfrac": clipped}))
+    assert (z_of(z, "response_length/clip_ratio").loc[61:65] > 4).sum() >= 4
+    assert z_of(z, "actor/pg_clipfrac").abs().max() < 3

@@ -41,6 +41,10 @@ IGNORED = ("training/", "/lr", "lr(", "kl_coef", "_coeff", "global_step", "epoch
            "timing/save_checkpoint")
 PERIODIC_KEYS = ("timing_s/testing", "timing/testing", "timing_s/save_checkpoint", "timing/save_checkpoint")
 
+# Shares of the batch (responses cut at the length limit, aborted rollouts, clipped tokens): a fraction
+# in [0, 1] whose size, not its ratio to a near-zero usual value, says how much is affected.
+SHARE_KEYS = r"clip_ratio|aborted_ratio|clipfrac"
+SHARE_SCALE = 0.1
 SCALE_FLOOR = 0.02  # smallest noise level (transformed units: about 2% of the typical magnitude)
 MASK_Z = 3.0  # |z| above which a row is kept out of the baseline
 # The noise level also covers this quantile of |step-to-step change| (TAIL_Z: its value for unit
@@ -123,15 +127,19 @@ def _group_reduce(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray, how
     return np.repeat(ufunc.reduceat(values, starts), sizes) if len(values) else values
 
 
-def _transform(x: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _transform(x: np.ndarray, starts: np.ndarray, sizes: np.ndarray, share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """asinh(x / typical), typical = the series' mean |x|: like a log ratio above the typical
     magnitude (a time or a norm that doubles moves by about log 2), linear near zero, so a bounded
-    score or a loss near zero does not explode the way its log would. Returns it and `typical`."""
+    score or a loss near zero does not explode the way its log would. A share of the batch (`share`
+    rows: SHARE_KEYS) has a typical magnitude of at least SHARE_SCALE: 0.2 of responses cut at the
+    length limit is a lot whatever the run's usual 0.01, and 0.01 against 0.002 is nothing, so its
+    ratios do not count below that. Returns it and `typical`."""
     finite = np.isfinite(x)
     ax = np.where(finite, np.abs(x), 0.0)
     count = np.maximum(_group_reduce(finite.astype(np.int64), starts, sizes, "sum"), 1)
     typical = _group_reduce(ax, starts, sizes, "sum") / count
     typical = np.maximum(typical, 1e-6 * _group_reduce(ax, starts, sizes, "max") + 1e-12)
+    typical = np.where(share, np.maximum(typical, SHARE_SCALE), typical)
     return np.where(finite, np.arcsinh(np.where(finite, x, 0.0) / typical), np.nan), typical
 
 
@@ -220,7 +228,7 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
     since = np.arange(len(run)) - np.maximum.accumulate(np.where(segment_start, np.arange(len(run)), 0))
     warmup = timing & (since < WARMUP_STEPS) & (step >= 1)
     x = np.where(periodic | warmup, np.nan, value)
-    y, typical = _transform(x, starts, sizes)
+    y, typical = _transform(x, starts, sizes, np.asarray(keys.str.contains(SHARE_KEYS), dtype=bool)[key])
     sigma = _noise(y, group, starts, sizes)
     finite = np.isfinite(y)
     # A row stays out of the baseline when it is far from the line through the rows before it, the
