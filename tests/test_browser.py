@@ -352,3 +352,15 @@ def test_a_run_that_prints_samples_shows_them(driver, sample_reports):
         assert not wider
     finally:
         driver.set_window_size(1280, 900)
+
+
+def test_an_old_fleet_is_dated_by_its_data_not_today(driver, reports, tmp_path):
+    """Rendered three months after its newest run ended, the fleet report's title and heading carry the
+    day of its data (2026-11-28), not the day it was rendered."""
+    from selenium.webdriver.common.by import By
+
+    warehouse = reports.parent / "wh"
+    page = render_fleet_report(warehouse, tmp_path / "late", date(2027, 3, 1))
+    driver.get(page.resolve().as_uri())
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Fleet report · runs up to 2026-11-28"
+    assert "2027-03-01" not in driver.title
