@@ -95,17 +95,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every sub-command."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of every sub-command; `simulate` and `evaluate` get their options only when
+    `command` names them, so `--help` and `analyze` do not import the simulator nor scikit-learn."""
     parser = argparse.ArgumentParser(prog="verl-health", description="Health analytics for verl RL runs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from pipeline.simulate import add_arguments as add_simulate_arguments
-    from pipeline.simulate import run_from_args as run_simulate
-
     sim = sub.add_parser("simulate", help="write a simulated fleet archive and its labels.json")
-    add_simulate_arguments(sim)
-    sim.set_defaults(func=run_simulate)
+    if command == "simulate":
+        from pipeline.simulate import add_arguments as add_simulate_arguments
+        from pipeline.simulate import run_from_args as run_simulate
+
+        add_simulate_arguments(sim)
+        sim.set_defaults(func=run_simulate)
 
     ana = sub.add_parser("analyze", help="analyse every run of an archive in-process")
     ana.add_argument("archive", nargs="?",
@@ -134,17 +136,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=DEMO_SEED)
     demo.set_defaults(func=cmd_demo)
 
-    from pipeline.detect import add_evaluate_arguments, run_evaluate
-
     ev = sub.add_parser("evaluate", help="score the anomaly detector on unseen simulated fleets")
-    add_evaluate_arguments(ev)
-    ev.set_defaults(func=run_evaluate)
+    if command == "evaluate":
+        from pipeline.detect import add_evaluate_arguments, run_evaluate
+
+        add_evaluate_arguments(ev)
+        ev.set_defaults(func=run_evaluate)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
     return int(args.func(args) or 0)
 
 
