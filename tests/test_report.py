@@ -439,3 +439,17 @@ def test_knowledge_sources_read_as_titles_and_links():
     ]
     assert [s.text for s in sources("seed 003 (ref offload); verl docs: data config")] == [
         "verl logging and monitoring setup (ref offload)", "verl documentation: data config"]
+
+
+def test_verl_signals_fall_back_to_the_model_setup(tmp_path):
+    """With no earlier run of its config group, a run's signals are compared with the earlier runs of its model
+    setup (same model, algorithm, engine; another batch size here): MFU 0.25 against 0.5 is ×0.50."""
+    specs = [RunSpec(run_id="setup-old", mfu_actor=0.5, train_batch_size=512, ended_at=datetime(2026, 11, 20)),
+             RunSpec(run_id="lonely", mfu_actor=0.25, ended_at=datetime(2026, 11, 27))]
+    warehouse = build_warehouse(tmp_path / "wh", specs)
+    doc = page(render_run_report(warehouse, "lonely", tmp_path / "rep"))
+    mfu = doc.find("table", id_="verl-signals").find("tr", data_key="perf/mfu/actor").find_all("td")
+    assert [td.text().split(" (")[0] for td in mfu[1:4]] == ["0.25", "0.5", "×0.50"]
+    assert "the 1 earlier run of its model setup (Qwen2.5-7B-Instruct · grpo · vllm)" in doc.find("p", id_="peers").text()
+    alone = page(render_run_report(warehouse, "setup-old", tmp_path / "rep"))
+    assert "there are none yet" in alone.find("p", id_="peers").text()

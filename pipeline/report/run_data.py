@@ -43,6 +43,7 @@ class RunReportData:
     earlier_runs: list[dict[str, Any]]
     failure_advice: Advice = field(default_factory=Advice)
     run_advice: list[dict[str, Any]] = field(default_factory=list)
+    peers: signals.Peers = field(default_factory=lambda: signals.Peers("config group", None, []))
     signals: list[signals.Signal] = field(default_factory=list)
     validation: list[signals.Validation] = field(default_factory=list)
     samples: RunSamples = field(default_factory=lambda: RunSamples([], 0))
@@ -53,17 +54,17 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
     run_id = lake.check_run_id(run_id)
     con = lake.connect(warehouse, run_ids=[run_id])
     try:
-        earlier_group = signals.earlier_in_group(con, run_id)
+        peers = signals.earlier_peers(con, run_id)
     finally:
         con.close()
-    con = lake.connect(warehouse, run_ids=[run_id, *earlier_group])
+    con = lake.connect(warehouse, run_ids=[run_id, *peers.run_ids])
     try:
-        return _read(con, run_id, earlier_group)
+        return _read(con, run_id, peers)
     finally:
         con.close()
 
 
-def _read(con: duckdb.DuckDBPyConnection, run_id: str, earlier_group: list[str]) -> RunReportData:
+def _read(con: duckdb.DuckDBPyConnection, run_id: str, peers: signals.Peers) -> RunReportData:
     summary = _summary(con, run_id)
     root_cause = evidence.causal_line(summary)
     anomaly_steps, episodes = load_episodes(con, run_id, run_config(summary))
@@ -88,8 +89,9 @@ def _read(con: duckdb.DuckDBPyConnection, run_id: str, earlier_group: list[str])
         earlier_runs=_earlier_runs(con, run_id),
         failure_advice=_failure_advice(summary, run_advice),
         run_advice=run_advice,
-        signals=signals.load_signals(con, run_id, earlier_group),
-        validation=signals.load_validation(con, run_id, earlier_group),
+        peers=peers,
+        signals=signals.load_signals(con, run_id, peers.run_ids),
+        validation=signals.load_validation(con, run_id, peers.run_ids),
         samples=load_samples(con, run_id, episodes),
     )
 

@@ -61,16 +61,38 @@ class Validation:
     group_runs: int
 
 
-def earlier_in_group(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
-    """The runs of this run's config group that ended before it, newest first (from run_baselines)."""
-    if "config_group" not in columns(con, "run_baselines"):
-        return []
-    found = rows(con, "select b.run_id from run_baselines b join run_baselines me on me.run_id = $run_id "
-                      "and b.config_group = me.config_group and b.run_id <> me.run_id "
-                      "and (b.ended_at < me.ended_at or me.ended_at is null) "
-                      "order by b.ended_at desc nulls last, b.run_id desc limit $n",
-                 {"run_id": run_id, "n": MAX_EARLIER})
-    return [r["run_id"] for r in found]
+@dataclass
+class Peers:
+    """The earlier runs a run's signals are compared with: of its config group, else of its model setup."""
+
+    scope: str
+    name: str | None
+    run_ids: list[str]
+
+
+# run_baselines' grouping columns, closest first: the same work per step, then the same model and engine
+SCOPES = (("config_group", "config group"), ("model_setup", "model setup"))
+
+
+def earlier_peers(con: duckdb.DuckDBPyConnection, run_id: str) -> Peers:
+    """The runs of this run's config group that ended before it, newest first (from run_baselines); when
+    there are none, those of its model setup, whose per-GPU and per-token figures still compare."""
+    have = set(columns(con, "run_baselines"))
+    name = None
+    for column, scope in SCOPES:
+        if column not in have:
+            continue
+        found = rows(con, f"select b.run_id, me.{column} as name from run_baselines b join run_baselines me "
+                          f"on me.run_id = $run_id and b.{column} = me.{column} and b.run_id <> me.run_id "
+                          "and (b.ended_at < me.ended_at or me.ended_at is null) "
+                          "order by b.ended_at desc nulls last, b.run_id desc limit $n",
+                     {"run_id": run_id, "n": MAX_EARLIER})
+        if found:
+            return Peers(scope, found[0]["name"], [r["run_id"] for r in found])
+    if "config_group" in have:
+        name = next((r["config_group"] for r in rows(
+            con, "select config_group from run_baselines where run_id = $run_id", {"run_id": run_id})), None)
+    return Peers(SCOPES[0][1], name, [])
 
 
 def _medians(con: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> dict[str, dict[str, Any]]:
