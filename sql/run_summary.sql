@@ -37,11 +37,11 @@ lines as not materialized (
     where list_contains($run_ids, run_id)
 ),
 files as (
-    -- each file of a run; a logger's side file (a W&B run's config or metadata beside its output.log) is
-    -- no process's log
+    -- each file of a run; a logger's side file (a W&B run's config or metadata beside its output.log, W&B's
+    -- own debug logs) is no process's log
     select run_id, file, count(*) as n,
-           regexp_matches(file, '(^|/)(config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml)$')
-               as side_file
+           regexp_matches(file, '(^|/)(config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml'
+                                '|logs/debug(-internal)?\.log)$') as side_file
     from lines
     group by all
 ),

@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pipeline import derive, lake
 from tests.test_ingest_helpers import ingest_root, values
 
 pytest.importorskip("tensorboard")
@@ -163,3 +164,39 @@ def test_wandb_and_tensorboard_only_runs_get_reports_with_phases_and_anomalies(t
     assert flagged and min(flagged) >= 30, flagged
     for rid in ("tb-run", "wandb-run"):
         assert rid in (tmp_path / "rep" / "runs" / f"{rid}.html").read_text()
+
+
+def test_a_wandb_directory_is_a_folder_of_runs(tmp_path):
+    """The archive is W&B's own `wandb/` directory: each run folder is a run (its `latest-run` link is not), read
+    with its files/ beside W&B's debug logs and binary transaction log, which are no console."""
+    wandb = tmp_path / "archive" / "wandb"
+    for folder, host in ((WANDB_RUN, "gpu-node-17"), ("run-20251105_101500-x9k2m4pq", "gpu-node-18")):
+        files = wandb / folder / "files"
+        files.mkdir(parents=True)
+        (files / "output.log").write_text("".join(f"step:{s} - actor/entropy:0.5 - timing_s/step:40.{s}\n"
+                                                 for s in range(1, 4)))
+        (files / "config.yaml").write_text(CONFIG_YAML)
+        (files / "wandb-summary.json").write_text(json.dumps(SUMMARY))
+        (files / "wandb-metadata.json").write_text(json.dumps({**METADATA, "host": host}, indent=4))
+        (wandb / folder / "logs").mkdir()
+        (wandb / folder / "logs" / "debug-internal.log").write_text(
+            "".join(f"2025-11-04 06:33:{s:02d},000 ERROR   HandlerThread:91 [internal.py:wandb_internal():99] "
+                    f"retry {s}\n" for s in range(30))
+            # an offline run's uploader failing: W&B's business, not the training run's ending
+            + "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='api.wandb.ai', port=443): "
+              "Max retries exceeded with url: /graphql\n")
+        (wandb / folder / f"run-{folder.rsplit('-', 1)[1]}.wandb").write_bytes(b":W&B\x00\x01\xff\x00ERROR\n" * 50)
+    (wandb / "latest-run").symlink_to(wandb / "run-20251105_101500-x9k2m4pq")
+    runs = ingest_root(tmp_path / "archive", tmp_path / "wh")
+    assert sorted(runs) == ["offline-run-20251104_063305-gkn3gtx6", "run-20251105_101500-x9k2m4pq"]
+    run = runs["run-20251105_101500-x9k2m4pq"]
+    assert (run.run["host"], run.run["experiment_name"], run.run["final_step"]) == ("gpu-node-18", "wandb-offline", 12)
+    assert {ln["file"] for ln in run.lines} == {"files/output.log", "files/config.yaml", "files/wandb-summary.json",
+                                                "files/wandb-metadata.json", "logs/debug-internal.log"}
+    derive.derive_run_tables(tmp_path / "wh", sorted(runs))
+    con = duckdb.connect()
+    got = con.execute("select run_id, last_step, failure_class, failure_phase"
+                      f" from {lake.table_source(tmp_path / 'wh', 'run_summary')} order by run_id").fetchall()
+    # output.log is the console: the run was past its start-up (W&B's longer debug log has no steps)
+    assert got == [("offline-run-20251104_063305-gkn3gtx6", 3, "no_outcome", None),
+                   ("run-20251105_101500-x9k2m4pq", 3, "no_outcome", None)]

@@ -126,7 +126,7 @@ def _get(cfg: dict, path: tuple[str, ...]) -> Any:
 
 
 # a W&B run folder's copy of the config the run logged (verl logs its whole config to W&B)
-WANDB_CONFIG = re.compile(r"(?:^|/)wandb/(?:offline-)?run-[^/]+/files/config\.yaml$")
+WANDB_CONFIG = re.compile(r"(?:^|/)wandb/(?:offline-)?run-[^/]+/files/config\.yaml$|^files/config\.yaml$")
 WANDB_CONFIG_MAX_BYTES = 8 << 20
 
 

@@ -28,6 +28,10 @@ NOT_RUNS = {
                   {".sha256", ".sha512", ".sha1", ".md5", ".asc", ".sig"}),
 }
 GZ_TAIL_SCAN_LIMIT = 64 * 2**20  # decompress a .gz to read its tail only if it is this small
+# An archive folder named `wandb` that holds W&B run folders (`wandb/run-<date>_<time>-<id>`, offline ones
+# too) is W&B's own directory: each run folder is a run (its `latest-run` link is not another one).
+WANDB_DIR = "wandb"
+WANDB_RUN_DIR = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-\w+$")
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,15 @@ def _end_marker(path: Path, form: str, files: list[Path]) -> str | None:
     return None
 
 
+def _wandb_run_dirs(path: Path) -> list[Path]:
+    """The W&B run folders directly in a `wandb` folder (symbolic links such as `latest-run` left out)."""
+    try:
+        return [p for p in sorted(path.iterdir())
+                if WANDB_RUN_DIR.match(p.name) and p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
 def discover_runs(root: str | Path, quiet_period_s: float = 600, now: float | None = None) -> Discovery:
     """List the run entries under `root` (folders, .tar.gz/.tgz, .zip, .gz, other files).
 
@@ -169,7 +182,9 @@ def discover_runs(root: str | Path, quiet_period_s: float = 600, now: float | No
         if why:
             found.skipped[name] = why
             continue
-        by_id.setdefault(run_id_for(name), []).append(path)
+        wandb_runs = _wandb_run_dirs(path) if name == WANDB_DIR else []
+        for run_path in wandb_runs or [path]:
+            by_id.setdefault(run_id_for(run_path.name), []).append(run_path)
     for rid, paths in sorted(by_id.items()):
         if len(paths) > 1:
             found.errors.append(

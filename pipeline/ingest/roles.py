@@ -19,7 +19,8 @@ ROLES = (
                    r"python-core-driver-[0-9a-f]+_\d+)(?:\.\d+)?\.(?:out|err|log)$"),
     ("inference_server", r"^(?:vllm|sglang)[\w.-]*\.(?:log|out|err|txt)$"),
     ("slurm", r"^slurm-\d+(?:_\d+)?\.(?:out|err)$"),
-    ("logger_files", r"^(?:config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml)$"),
+    ("logger_files", r"^(?:config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml"
+                     r"|debug(?:-internal)?\.log|run-\w+\.wandb)$"),
     ("tensorboard", r"^events\.out\.tfevents\."),
     ("metrics_jsonl", r"\.jsonl$"),
 )

@@ -69,6 +69,7 @@ from .steps import (
 from .tensorboard import SOURCE as TENSORBOARD
 from .tensorboard import is_event_file, read_scalars
 from .wandb_run import MAX_BYTES as WANDB_SIDE_MAX_BYTES
+from .wandb_run import RECORDS as WANDB_RECORDS
 from .wandb_run import RUN_FIELDS as WANDB_RUN_FIELDS
 from .wandb_run import WandbFiles
 
@@ -308,6 +309,8 @@ class _RunIngest:
                     self.wandb.read(name, b"".join(kept), self.problems)
                 elif is_event_file(name):
                     self._tensorboard(name, chunks)
+                elif WANDB_RECORDS.search(name):  # W&B's binary transaction log: no lines to keep
+                    self.totals.n_bytes += sum(len(chunk) for chunk in chunks)
                 else:
                     self._file(pool, name, chunks)
         self._flush_write()

@@ -1,7 +1,7 @@
 """A W&B run folder's side files, read as facts of the run whose console W&B captured in `output.log`.
 
-`wandb/run-<date>_<time>-<id>/files/` (or `offline-run-...`) holds, beside `output.log` and
-`config.yaml` (read by config.py):
+`wandb/run-<date>_<time>-<id>/files/` (or `offline-run-...`; `files/` alone when the run entry is the
+W&B run folder itself) holds, beside `output.log` and `config.yaml` (read by config.py):
 - `wandb-metadata.json`: `startedAt` (UTC, ISO 8601, with or without a `Z`), `host`, `program`, `args`,
   `gpu`, `gpu_count`, ...;
 - `wandb-summary.json`: the last value W&B received of every logged key, and its own bookkeeping:
@@ -19,7 +19,10 @@ from typing import Any
 
 import pyarrow as pa
 
-SIDE_FILE = re.compile(r"(?:^|/)wandb/(?:offline-)?run-[^/]+/files/(wandb-metadata|wandb-summary)\.json$")
+SIDE_FILE = re.compile(r"(?:^|/)(wandb-metadata|wandb-summary)\.json$")
+RUN_FOLDER = re.compile(r"(?:^|/)((?:offline-)?run-[^/]+)/files/")
+# the run's binary transaction log (run-<id>.wandb): records, not lines
+RECORDS = re.compile(r"(?:^|/)run-\w+\.wandb$")
 MAX_BYTES = 8 << 20
 # what the `runs` table gains from a W&B run folder (null without one)
 RUN_FIELDS = pa.schema([
@@ -53,6 +56,7 @@ def _number(value: Any) -> float | None:
 class WandbFiles:
     """The side files of a W&B run folder, as they are read."""
 
+    found: bool = False
     run_folder: str | None = None
     metadata: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
@@ -76,7 +80,9 @@ class WandbFiles:
             problems.append(f"{name}: W&B file holds no JSON object: not read")
             return
         kind = SIDE_FILE.search(name).group(1)
-        self.run_folder = name.rsplit("/files/", 1)[0].rsplit("/", 1)[-1]
+        self.found = True
+        folder = RUN_FOLDER.search(name)
+        self.run_folder = folder.group(1) if folder else self.run_folder
         if kind == "wandb-metadata":
             self.metadata = doc
         else:
@@ -118,7 +124,7 @@ class WandbFiles:
 
     def run_facts(self) -> dict[str, Any]:
         """The `runs` columns of RUN_FIELDS (all null when the run has no W&B folder)."""
-        if self.run_folder is None:
+        if not self.found:
             return {f.name: None for f in RUN_FIELDS}
         step = self.summary.get("_step")
         host = self.metadata.get("host")
