@@ -128,6 +128,7 @@ def test_anomaly_episodes_are_listed_with_explanation_and_advice(built):
     rows = doc.find("table", id_="anomaly-table").find_all("tr", cls="episode")
     got = [(r.attrs["data-first-step"], r.attrs["data-last-step"], r.attrs["data-class"]) for r in rows]
     assert got == [("30", "36", "gen_slowdown"), ("80", "82", "kl_spike")]
+    assert [r.find("span", cls="pill").text() for r in rows] == ["Slower generation", "KL spike"]
     assert [li.text() for li in rows[0].find_all("li")] == ["Check gen_slowdown settings"]
     assert "value far above the run median" in rows[1].text()
 
@@ -453,3 +454,10 @@ def test_verl_signals_fall_back_to_the_model_setup(tmp_path):
     assert "the 1 earlier run of its model setup (Qwen2.5-7B-Instruct · grpo · vllm)" in doc.find("p", id_="peers").text()
     alone = page(render_run_report(warehouse, "setup-old", tmp_path / "rep"))
     assert "there are none yet" in alone.find("p", id_="peers").text()
+
+
+def test_every_anomaly_class_has_a_plain_label():
+    from pipeline import vocabulary
+    from pipeline.report.labels import ANOMALY_LABELS
+
+    assert set(ANOMALY_LABELS) == {*vocabulary.ANOMALY_CLASSES, vocabulary.OTHER_ANOMALY}

@@ -70,3 +70,17 @@ LINE_KINDS = {
     "memory": "memory reports",
     "other": "other (not classified)",
 }
+# an anomaly_class of a step, as a reader would say it
+ANOMALY_LABELS = {
+    "kl_spike": "KL spike",
+    "nan_loss": "NaN loss",
+    "grad_explosion": "Gradient explosion",
+    "gen_slowdown": "Slower generation",
+    "old_log_prob_slowdown": "Slower old-log-prob pass",
+    "update_actor_slowdown": "Slower actor update",
+    "memory_pressure": "Memory pressure",
+    "entropy_collapse": "Entropy collapse",
+    "response_length_collapse": "Response length collapse",
+    "reward_collapse": "Reward collapse",
+    "other": "Unusual steps no rule names",
+}

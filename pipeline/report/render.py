@@ -19,7 +19,13 @@ from pipeline.report.advice import sources
 from pipeline.report.fleet_data import load_fleet
 from pipeline.report.fleet_page import fleet_context
 from pipeline.report.formats import fmt_duration, fmt_num, fmt_pct, fmt_ratio, fmt_time
-from pipeline.report.labels import CLASS_LABELS, COMPLETENESS_LABELS, CONFIG_LABELS, LINE_KINDS
+from pipeline.report.labels import (
+    ANOMALY_LABELS,
+    CLASS_LABELS,
+    COMPLETENESS_LABELS,
+    CONFIG_LABELS,
+    LINE_KINDS,
+)
 from pipeline.report.run_data import load_run
 from pipeline.report.run_page import run_context
 
@@ -45,7 +51,7 @@ def _environment() -> Environment:
     env.globals.update(
         class_label=lambda c: CLASS_LABELS.get(c or "unknown", str(c)), run_href=run_href, sources=sources,
         config_label=lambda k: CONFIG_LABELS.get(k, k), completeness_label=lambda k: COMPLETENESS_LABELS.get(k, k),
-        line_kind=lambda k: LINE_KINDS.get(k, k),
+        line_kind=lambda k: LINE_KINDS.get(k, k), anomaly_label=lambda c: ANOMALY_LABELS.get(c, c),
     )
     return env
 
