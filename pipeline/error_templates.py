@@ -41,7 +41,8 @@ def register_line_templates(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def new_signatures(warehouse: str | Path, day: date, days: int = NEW_DAYS) -> list[dict[str, Any]]:
-    """Templates no rule names whose first line falls in the `days` days up to `day`, most runs first."""
+    """Templates no rule names whose first line falls in the `days` days up to `day`: errors before warnings,
+    then most runs first."""
     if lake.table_source(warehouse, NAME) is None:
         return []
     start = datetime.combine(day - timedelta(days=days - 1), datetime.min.time())
@@ -52,7 +53,7 @@ def new_signatures(warehouse: str | Path, day: date, days: int = NEW_DAYS) -> li
             f"select template, n_runs, n_lines, first_seen, last_seen, example, example_run_id, example_file,"
             f" example_line_no, kind, run_ids, root_cause_of from {lake.table_source(warehouse, NAME)}"
             " where not known and first_seen >= $start and first_seen < $end"
-            " order by n_runs desc, n_lines desc, template limit $limit",
+            " order by kind = 'error' desc, n_runs desc, n_lines desc, template limit $limit",
             {"start": start, "end": end, "limit": MAX_NEW_SHOWN},
         )
         cols = [d[0] for d in cur.description]

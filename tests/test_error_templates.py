@@ -26,6 +26,11 @@ RUNS = {
                                          path="/scratch/job_2207/ckpt", n=5)),
     "run_c": ("2026-11-28", LEASE.format(day="2026-11-28", shard=211, addr="192.168.1.40:6379",
                                          path="/data/u/run3/ckpt", n=2)),
+    # a warning no rule names in more runs than the fault: errors are listed first
+    "run_w1": ("2026-11-27", "2026-11-27 10:06:00,000 WARNING cache warm-up took 12 s on node-3"),
+    "run_w2": ("2026-11-27", "2026-11-27 10:06:00,000 WARNING cache warm-up took 7 s on node-9"),
+    "run_w3": ("2026-11-28", "2026-11-28 10:06:00,000 WARNING cache warm-up took 31 s on node-1"),
+    "run_w4": ("2026-11-28", "2026-11-28 10:06:00,000 WARNING cache warm-up took 4 s on node-2"),
     # an old unknown fault (a month before the report) and a fault a rule names (CUDA out of memory)
     "run_old": ("2026-10-20", "2026-10-20 10:06:00,000 ERROR quorum of 5 mirrors missing for volume vol-3"),
     "run_oom": ("2026-11-27", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. "
@@ -89,7 +94,8 @@ def test_a_line_a_rule_names_is_known(fleet):
 
 def test_new_signatures_are_the_unknown_templates_first_seen_in_the_week(fleet):
     new = new_signatures(fleet, date(2026, 11, 28))
-    assert [s["template"] for s in new] == [LEASE_TEMPLATE]
+    assert [(s["template"], s["n_runs"]) for s in new] == [
+        (LEASE_TEMPLATE, 3), ("<*> WARNING cache warm-up took <*> s on node-<*>", 4)]
     # a week later the lease fault is no longer new; the old quorum fault never was in a week shown here
     assert new_signatures(fleet, date(2026, 12, 9)) == []
     assert [s["n_runs"] for s in new_signatures(fleet, date(2026, 10, 21))] == [1]
@@ -107,7 +113,8 @@ def test_the_fleet_report_lists_the_new_signature(fleet, tmp_path):
     html = render_fleet_report(fleet, tmp_path, date(2026, 11, 30)).read_text()
     section = html.split('id="new-signatures"', 1)[1].split("<h2", 1)[0]
     rows = re.findall(r'<tr class="signature" data-runs="(\d+)"><td class="mono">([^<]*)</td>', section)
-    assert rows == [("3", LEASE_TEMPLATE.replace("<", "&lt;").replace(">", "&gt;"))]
+    assert rows[0] == ("3", LEASE_TEMPLATE.replace("<", "&lt;").replace(">", "&gt;"))
+    assert [n for n, _ in rows] == ["3", "4"]
     assert "quorum" not in section and "CUDA out of memory" not in section
 
 
