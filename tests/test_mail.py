@@ -156,6 +156,19 @@ def test_text_part_carries_the_report_tables(fleet_report):
     assert (counts["Completed"], counts["Python exception"], counts["CUDA OOM"], counts["Hung"]) == ("2", "2", "1", "1")
 
 
+def test_text_part_is_rendered_from_the_data_not_read_off_the_html(fleet_report, tmp_path):
+    """The text part is the report's own text rendering: the same week over week (6 runs ended in the last
+    week of every_class_specs, 3 the week before) with an HTML page that says nothing."""
+    bare = tmp_path / "fleet" / fleet_report.name
+    bare.parent.mkdir()
+    bare.write_text("<html><body></body></html>", encoding="utf-8")
+    bare.with_suffix(".txt").write_bytes(fleet_report.with_suffix(".txt").read_bytes())
+    text = build_fleet_mail(bare, sender="s@example.org", recipients=["r@example.org"],
+                            subject="x").get_body(("plain",)).get_content()
+    assert "Runs ended: 6 (before: 3)" in text
+    assert "| run-cuda-oom | CUDA OOM | 50 / 100 |" in text
+
+
 def test_links_become_absolute_when_the_report_is_published(fleet_report):
     message = build_fleet_mail(fleet_report, sender="s@example.org", recipients=["r@example.org"], subject="x",
                                report_url="https://reports.example.org/fleet/latest.html")

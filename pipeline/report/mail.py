@@ -24,6 +24,22 @@ INTERACTIVE_RE = re.compile(r'<(script|p) class="interactive">.*?</\1>', re.S)
 HREF_RE = re.compile(r'href="((?:\.\./|\./)?[A-Za-z0-9._/-]+\.html(?:#[A-Za-z0-9_-]*)?)"')
 
 
+def mail_html(page: str, report_url: str | None = None) -> tuple[str, list[tuple[str, str, bytes]]]:
+    """The report's HTML for a mail: no script or filter box, each embedded chart image referenced by a CID
+    (returned with its subtype and bytes), links absolute against `report_url` when it is given."""
+    images: list[tuple[str, str, bytes]] = []
+
+    def to_cid(match: re.Match) -> str:
+        cid = make_msgid(domain="verl-health.local")
+        images.append((cid, match.group(1), base64.b64decode(match.group(2))))
+        return f'src="cid:{cid[1:-1]}"'
+
+    html = DATA_URI_RE.sub(to_cid, INTERACTIVE_RE.sub("", page))
+    if report_url:
+        html = HREF_RE.sub(lambda m: f'href="{urljoin(report_url, m.group(1))}"', html)
+    return html, images
+
+
 def build_fleet_mail(
     report_path: str | Path,
     *,
@@ -40,18 +56,7 @@ def build_fleet_mail(
     """
     report_path = Path(report_path)
     page = report_path.read_text(encoding="utf-8")
-    html = INTERACTIVE_RE.sub("", page)
-    images: list[tuple[str, str, bytes]] = []
-
-    def to_cid(match: re.Match) -> str:
-        cid = make_msgid(domain="verl-health.local")
-        images.append((cid, match.group(1), base64.b64decode(match.group(2))))
-        return f'src="cid:{cid[1:-1]}"'
-
-    mail_html = DATA_URI_RE.sub(to_cid, html)
-    if report_url:
-        mail_html = HREF_RE.sub(lambda m: f'href="{urljoin(report_url, m.group(1))}"', mail_html)
-
+    html, images = mail_html(page, report_url)
     msg = EmailMessage()
     msg["Subject"] = subject
     msg["From"] = sender
@@ -60,12 +65,12 @@ def build_fleet_mail(
     msg["Message-ID"] = make_msgid(domain="verl-health.local")
     text = text_path(report_path).read_text(encoding="utf-8")
     msg.set_content(text + f"\nThe full report is attached ({report_path.name}).\n")
-    msg.add_alternative(mail_html, subtype="html")
+    msg.add_alternative(html, subtype="html")
     html_part = msg.get_payload()[1]
     for i, (cid, subtype, data) in enumerate(images):
         html_part.add_related(data, maintype="image", subtype=subtype, cid=cid, filename=f"chart-{i + 1}.{subtype}",
                               disposition="inline")
-    # Bytes, so the attached report arrives byte-identical (base64) rather than re-wrapped as text.
+    # Bytes, so the attached report arrives byte-identical (base64) rather than re-wrapped as text;
     # the attachment is the browser copy, filter and sorting included
     msg.add_attachment(page.encode("utf-8"), maintype="text", subtype="html", filename=report_path.name)
     return msg
