@@ -142,7 +142,7 @@ def test_run_report_shows_the_samples(warehouse, tmp_path):
     assert [(d.attrs["data-step"], d.attrs.get("data-cues")) for d in shown] == [
         ("1", "repeats itself"), ("1", "empty answer"), ("2", "rewarded without the reference answer"),
         ("2", "reference answer given, no reward"), ("3", None), ("3", "cut at the length limit")]
-    assert any("6 of the 8 samples the log printed" in p.text() for p in doc.find_all("p", cls="note"))
+    assert any("6 of the 8 sampled generations the log printed" in p.text() for p in doc.find_all("p", cls="note"))
     assert shown[3].find("pre", cls="response").text() == "6*7 = 42\n#### 42<|im_end|>"
     real = _page(warehouse, "20_eto_fsdp_qwen7b_raytaskerror_actordied_step1", tmp_path)
     text = (REAL / LOG_20).read_text(errors="replace")
