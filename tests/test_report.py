@@ -461,3 +461,14 @@ def test_every_anomaly_class_has_a_plain_label():
     from pipeline.report.labels import ANOMALY_LABELS
 
     assert set(ANOMALY_LABELS) == {*vocabulary.ANOMALY_CLASSES, vocabulary.OTHER_ANOMALY}
+
+
+def test_baselines_count_the_earlier_runs_of_experiment_and_group(built):
+    """run-anomalous ended 3 h before the day's end: before it, 9 runs of exp-a (one per class but completed,
+    which ended later) and those 9 plus run-hostile (exp-b, same settings) in its config group. The earliest
+    run (run-unknown) has nothing to compare with."""
+    rows = page(built["pages"]["run-anomalous"]).find("table", id_="baselines").find_all("tr")[1:]
+    got = [(r.find_all("td")[0].text().split("Qwen")[0].split("exp-a")[0], r.find_all("td")[1].text()) for r in rows]
+    assert got == [("same experiment", "9"), ("same config group", "10")]
+    first = page(built["pages"]["run-unknown"])
+    assert not first.find_all("table", id_="baselines") and first.find("p", id_="no-baselines")

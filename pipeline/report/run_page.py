@@ -50,9 +50,14 @@ def health_panels(h: dict[str, np.ndarray]) -> list[charts.Panel]:
 
 
 def baseline_rows(b: dict[str, Any]) -> list[dict[str, Any]]:
-    """This run against earlier runs of its experiment and of its config group, as run_baselines has it."""
+    """This run against earlier runs of its experiment and of its config group, as run_baselines has it
+    (a scope with no earlier run is left out)."""
     if "exp_step_ratio" not in b:
         return []
+    return [row for row in _scopes(b) if row["prior"]]
+
+
+def _scopes(b: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {"label": label, "name": b.get("experiment_name") if scope == "exp" else b.get("config_group"),
          "prior": b.get(f"{scope}_prior_runs"), "median": b.get(f"{scope}_median_step_s"),
