@@ -472,3 +472,9 @@ def test_baselines_count_the_earlier_runs_of_experiment_and_group(built):
     assert got == [("same experiment", "9"), ("same config group", "10")]
     first = page(built["pages"]["run-unknown"])
     assert not first.find_all("table", id_="baselines") and first.find("p", id_="no-baselines")
+
+
+def test_run_header_says_when_the_run_ran_with_the_zone(built):
+    """run-cuda-oom ended 2026-11-24 12:00 by its log (every_class_specs: 4 days before the 28th at noon)."""
+    text = page(built["pages"]["run-cuda-oom"]).find("span", id_="run-times").text()
+    assert text.endswith("ended 2026-11-24 12:00 log clock") and text.startswith("started 2026-11-24 11:")
