@@ -478,3 +478,13 @@ def test_run_header_says_when_the_run_ran_with_the_zone(built):
     """run-cuda-oom ended 2026-11-24 12:00 by its log (every_class_specs: 4 days before the 28th at noon)."""
     text = page(built["pages"]["run-cuda-oom"]).find("span", id_="run-times").text()
     assert text.endswith("ended 2026-11-24 12:00 log clock") and text.startswith("started 2026-11-24 11:")
+
+
+def test_event_classes_read_as_words(built):
+    """The fixture's cuda_oom event is listed as 'CUDA out of memory'; a detail after ':' is kept as written."""
+    from pipeline.report.labels import event_label
+
+    cell = page(built["pages"]["run-cuda-oom"]).find("table", id_="events").find("td", data_class="cuda_oom")
+    assert cell.text() == "CUDA out of memory"
+    assert event_label("ray_task_error:OutOfMemoryError") == "Ray task error: OutOfMemoryError"
+    assert event_label("some_new_class") == "some new class"

@@ -84,3 +84,38 @@ ANOMALY_LABELS = {
     "reward_collapse": "Reward collapse",
     "other": "Unusual steps no rule names",
 }
+# run_events' event_class (its part before ':'); the part after it, an exception's name, is kept as written
+EVENT_LABELS = {
+    "error_other": "error",
+    "warning_other": "warning",
+    "disk_pressure": "disk nearly full",
+    "python_exception": "Python exception",
+    "python_warning": "Python warning",
+    "kv_cache_preemption": "KV cache preemption",
+    "traceback": "traceback",
+    "ray_task_error": "Ray task error",
+    "nccl_timeout": "NCCL timeout",
+    "nccl_error": "NCCL error",
+    "worker_died": "worker died",
+    "actor_died": "Ray actor died",
+    "nan": "NaN value",
+    "hydra_wrapper": "Hydra's error wrapper",
+    "ray_metrics_exporter": "Ray metrics exporter",
+    "killed_by_signal": "killed by a signal",
+    "keyboard_interrupt": "Ctrl-C",
+    "time_limit": "scheduler time limit",
+    "distributed_init_error": "distributed start-up error",
+    "import_error": "import error",
+    "engine_traceback": "rollout engine traceback",
+    "cuda_oom": "CUDA out of memory",
+    "device_oom": "device out of memory",
+    "vllm_engine_error": "rollout engine error",
+    "host_oom_killed": "killed for host memory",
+}
+
+
+def event_label(event_class: str | None) -> str:
+    """An event class in words: 'ray_task_error:OutOfMemoryError' -> 'Ray task error: OutOfMemoryError'."""
+    head, _, detail = (event_class or "").partition(":")
+    words = EVENT_LABELS.get(head, head.replace("_", " "))
+    return f"{words}: {detail}" if detail else words
