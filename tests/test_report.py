@@ -156,7 +156,7 @@ def test_phase_table_marks_the_bottleneck(built):
 def test_config_findings_and_completeness(built):
     doc = page(built["pages"]["run-cuda-oom"])
     findings = doc.find("table", id_="findings")
-    assert "low_gpu_memory_utilization" in findings.text()
+    assert findings.find("td", data_finding="low_gpu_memory_utilization").text() == "low gpu memory utilization"
     assert "train.log:2" in findings.text()
     kinds = {r.find_all("td")[0].text(): r.find_all("td")[1].text() for r in doc.find("table", id_="lines-by-kind")
              .find_all("tr") if r.find_all("td")}
