@@ -39,7 +39,7 @@ lines as not materialized (
 files as (
     -- each file of a run; a logger's side file (a W&B run's config or metadata beside its output.log, W&B's
     -- own debug logs) is no process's log
-    select run_id, file, count(*) as n,
+    select run_id, file, count(*) as n, max(ts) as last_ts,
            regexp_matches(file, '(^|/)(config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml'
                                 '|logs/debug(-internal)?\.log)$') as side_file
     from lines
@@ -264,6 +264,14 @@ driver_failed as (
     where e.segment = s.final_segment
       and e.base_class in ('ray_task_error', 'hydra_wrapper', 'unhandled_ray_error', 'actor_died', 'worker_died')
 ),
+final_attempt as (
+    -- when the driver log's final segment began: another process's log that ended before was an earlier attempt's
+    select l.run_id, min(l.ts) as started
+    from lines as l
+    join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
+    join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
+    group by all
+),
 after_progress as (
     -- the driver log's errors that may have ended the run: written in (or flushed just after) its last
     -- step, or after the line where it last made progress
@@ -274,12 +282,14 @@ after_progress as (
     cross join params as p
     left join driver_failed as d using (run_id)
     left join files as f using (run_id, file)
+    left join final_attempt as fa using (run_id)
     where (e.segment = s.final_segment
            and e.in_main_file
            and (e.step >= s.last_step + 1 - p.flush_slack_steps or e.line_no > pp.line_no))
        -- another process's own log (a Ray worker's .err, raylet.out, an inference server's log): once the
        -- driver reported a failure, a cause that only that file names is the run's root cause
-       or (not e.in_main_file and d.run_id is not null and not coalesce(f.side_file, false))
+       or (not e.in_main_file and d.run_id is not null and not coalesce(f.side_file, false)
+           and not coalesce(f.last_ts < fa.started, false))
 ),
 terminal as (
     select e.*, m.failure_class, m.tier, m.rank

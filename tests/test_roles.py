@@ -100,3 +100,16 @@ def test_a_worker_error_the_driver_never_reported_is_no_root_cause(tmp_path):
     ingest_root(_run_folder(tmp_path / "a", DRIVER_STEPS, WORKER_OOM), tmp_path / "wh")
     s = _summary(tmp_path / "wh")
     assert s["failure_class"] != "cuda_oom" and s["root_cause_file"] != WORKER
+
+
+def test_a_worker_log_of_an_earlier_attempt_is_no_root_cause(tmp_path):
+    """The OOM was the first attempt's (the day before the resume the driver log shows); the final attempt's
+    actor died for a reason no file names."""
+    first = "".join(f"2025-11-03 10:0{s}:00,000 INFO step:{s} - actor/pg_loss:0.0{s} - timing_s/step:5{s}.0\n"
+                    for s in range(1, 9))
+    resumed = "".join(f"2025-11-04 09:0{s}:00,000 INFO step:{s} - actor/pg_loss:0.0{s} - timing_s/step:5{s}.0\n"
+                      for s in range(5, 9))
+    worker = WORKER_OOM.replace("torch.OutOfMemoryError", "2025-11-03 10:09:00,000 torch.OutOfMemoryError")
+    ingest_root(_run_folder(tmp_path / "a", first + resumed + DRIVER_DEATH, worker), tmp_path / "wh")
+    s = _summary(tmp_path / "wh")
+    assert (s["failure_class"], s["root_cause_file"]) == ("ray_actor_died", "driver.log")
