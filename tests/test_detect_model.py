@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from pipeline.detect import AnomalyModelConfig, build_features, decide, fit_model, score_frame
-from pipeline.detect.drivers import step_drivers
+from pipeline.detect.drivers import peak_drivers, signal_arrays
 from pipeline.detect.model import FittedModel, model_matrix
 from pipeline.detect.warehouse import fit_anomaly_model, score_runs
 from pipeline.lake import connect, write_run_table
@@ -92,11 +92,11 @@ def test_a_family_cites_its_most_moved_key_and_a_second_only_past_its_noise():
     rows = pd.DataFrame({"run_id": "r", "step": 5, "key": ["critic/vf_loss", "critic/grad_norm", "critic/values/mean"],
                          "family": "critic", "value": [1.2, 21.0, 3.0], "baseline": [0.1, 20.0, 1.0],
                          "z": [9.0, 0.5, 5.0], "zs": [9.0, 0.4, 4.0]})
-    drivers = step_drivers(TopScore(), rows)
+    drivers, = peak_drivers(TopScore(), [signal_arrays(rows)])
     assert drivers[0]["family"] == "critic" and drivers[0]["contribution"] == pytest.approx(0.9)
     assert [k["key"] for k in drivers[0]["keys"]] == ["critic/vf_loss", "critic/values/mean"]
     rows.loc[2, "zs"] = 2.0  # within its noise: not cited beside the family's lead
-    assert [k["key"] for k in step_drivers(TopScore(), rows)[0]["keys"]] == ["critic/vf_loss"]
+    assert [k["key"] for k in peak_drivers(TopScore(), [signal_arrays(rows)])[0][0]["keys"]] == ["critic/vf_loss"]
 
 
 def test_without_the_forest_the_anomaly_goes_unnoticed(fitted):

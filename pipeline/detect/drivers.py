@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.detect.peaks import move_phrase
-from pipeline.detect.signals import FAMILY_NAMES, MOVED_Z, step_summary
+from pipeline.detect.signals import FAMILY_NAMES, MOVED_Z, rows_of, step_summary
 
 TOP_FAMILIES = 3
 KEYS_PER_FAMILY = 2
@@ -30,44 +30,81 @@ def _describe(key: dict) -> str:
     return f"{key['key']} {key['value']:.4g} at step {key['step']}{sep}{move} (z {key['z']:+.1f})"
 
 
-def step_drivers(model, rows: pd.DataFrame) -> list[dict]:
-    """The families that drove the model's score of one step, largest contribution first.
-
-    `rows` are the step's `signal_z` rows (every key). Each entry: family, contribution (score
-    drop when the family is put back at its baseline), and its most moved keys (key, value,
-    baseline, z).
-    """
+def signal_arrays(rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The `signal_z` columns the explanations read, as numpy arrays (key as text, family as its code),
+    rows with a finite z only."""
     rows = rows[np.isfinite(rows["z"].to_numpy(dtype=float))]
-    if rows.empty or model is None or model.forest is None:
-        return []
-    family = pd.Categorical(rows["family"], categories=FAMILY_NAMES).codes.astype(np.int64)
-    present = np.unique(family)
-    z = rows["z"].to_numpy(dtype=float)
-    zs = np.nan_to_num(rows["zs"].to_numpy(dtype=float))
-    # variant 0 is the step as it is; variant k+1 has family present[k] at its baseline
-    variants = len(present) + 1
-    occluded = np.repeat(np.r_[-1, present], len(rows))
-    fam_all = np.tile(family, variants)
-    summary = step_summary(np.repeat(np.arange(variants), len(rows)), fam_all,
-                           np.where(fam_all == occluded, 0.0, np.tile(z, variants)),
-                           np.where(fam_all == occluded, 0.0, np.tile(zs, variants)), variants)
+    return {
+        "key": rows["key"].astype(str).to_numpy(),
+        "family": pd.Categorical(rows["family"], categories=FAMILY_NAMES).codes.astype(np.int64),
+        "value": rows["value"].to_numpy(dtype=float),
+        "baseline": rows["baseline"].to_numpy(dtype=float),
+        "z": rows["z"].to_numpy(dtype=float),
+        "zs": np.nan_to_num(rows["zs"].to_numpy(dtype=float)),
+        "step": rows["step"].to_numpy(dtype=np.int64),
+    }
+
+
+def _take(rows: dict, which) -> dict:
+    """The rows `which` (a mask or positions) of `signal_arrays` output."""
+    return {k: v[which] for k, v in rows.items()}
+
+
+def peak_drivers(model, peaks: list[dict]) -> list[list[dict]]:
+    """For each step of `peaks` (`signal_arrays` of its rows, every key): the families that drove the
+    model's score, largest contribution first. Each entry: family, contribution (score drop when the
+    family is put back at its baseline), and its most moved keys (key, value, baseline, z, step).
+    Every variant of every step is scored in one call of the forest."""
+    if model is None or model.forest is None:
+        return [[] for _ in peaks]
+    parts, first = [], 0
+    for rows in peaks:
+        parts.append(_variants(rows, first))
+        first += parts[-1][-1]
+    if first == 0:
+        return [[] for _ in peaks]
+    columns = [np.concatenate([p[i] for p in parts]) for i in range(4)]
+    summary = step_summary(*columns, first)
     scores = model.scores(pd.DataFrame(summary[:, : len(model.features)], columns=list(model.features)))
+    out, first = [], 0
+    for rows, part in zip(peaks, parts, strict=True):
+        out.append(_ranked(rows, scores[first:first + part[-1]]) if part[-1] else [])
+        first += part[-1]
+    return out
+
+
+def _variants(rows: dict, first: int):
+    """step_summary's input for one step's variants, numbered from `first`: variant 0 is the step as it
+    is, variant k+1 has the k-th family present at its baseline (z 0). Also returns how many there are."""
+    n = len(rows["z"])
+    present = np.unique(rows["family"])
+    variants = len(present) + 1 if n else 0
+    occluded = np.repeat(np.r_[-1, present], n)
+    fam_all = np.tile(rows["family"], variants)
+    hidden = fam_all == occluded
+    return (first + np.repeat(np.arange(variants), n), fam_all, np.where(hidden, 0.0, np.tile(rows["z"], variants)),
+            np.where(hidden, 0.0, np.tile(rows["zs"], variants)), variants)
+
+
+def _ranked(rows: dict, scores: np.ndarray) -> list[dict]:
+    """The families of one step by how much its score drops without them (`scores`: as it is, then
+    each family present at its baseline), with their most moved keys."""
+    present = np.unique(rows["family"])
     out = []
     for k in np.argsort(scores[1:] - scores[0])[:TOP_FAMILIES]:
         contribution = float(scores[0] - scores[1 + k])
         if contribution <= 0 or (out and contribution < MIN_CONTRIBUTION):
             break
-        fam_rows = rows[family == present[k]]
-        moved = np.abs(np.nan_to_num(fam_rows["zs"].to_numpy(dtype=float)))
-        order = np.argsort(-moved)[:KEYS_PER_FAMILY]
+        mine = _take(rows, rows["family"] == present[k])
+        moved = np.abs(mine["zs"])
+        order = np.argsort(-moved, kind="stable")[:KEYS_PER_FAMILY]
         # the family's most moved key always; a second one only when it moved past its noise too
-        top = fam_rows.iloc[order[(np.arange(len(order)) == 0) | (moved[order] > MOVED_Z)]]
+        top = order[(np.arange(len(order)) == 0) | (moved[order] > MOVED_Z)]
         out.append({
             "family": FAMILY_NAMES[present[k]],
             "contribution": round(contribution, 4),
-            "keys": [{"key": str(r.key), "value": float(r.value), "baseline": float(r.baseline), "z": round(float(r.z), 2),
-                      "step": int(r.step)}
-                     for r in top.itertuples()],
+            "keys": [{"key": str(mine["key"][i]), "value": float(mine["value"][i]), "baseline": float(mine["baseline"][i]),
+                      "z": round(float(mine["z"][i]), 2), "step": int(mine["step"][i])} for i in top],
         })
     return out
 
@@ -93,31 +130,36 @@ def episode_explanations(model, signals: pd.DataFrame, result: pd.DataFrame) -> 
     other = result[result["is_anomaly"].to_numpy(dtype=bool) & (result["anomaly_class"] == "other")]
     if other.empty or signals is None or signals.empty:
         return texts, payloads
-    peaks = other.loc[other.groupby(["run_id", "episode_id"])["score"].idxmax()]
-    wanted = pd.MultiIndex.from_frame(other[["run_id", "step"]].astype({"run_id": str, "step": "int64"}))
-    at = pd.MultiIndex.from_arrays([signals["run_id"].astype(str), signals["step"].astype("int64")])
-    rows = signals[at.isin(wanted)]
-    episode = pd.Series(other["episode_id"].to_numpy(), index=wanted).reindex(at[at.isin(wanted)]).to_numpy()
-    by_episode = {k: g for k, g in rows.groupby([rows["run_id"].astype(str).to_numpy(), episode], observed=True)}
-    for peak in peaks.itertuples():
-        mine = by_episode.get((str(peak.run_id), peak.episode_id), rows.iloc[:0])
-        drivers = at_extreme(step_drivers(model, mine[mine["step"] == peak.step]), mine)
-        key = (peak.run_id, peak.episode_id)
-        texts[key] = drivers_text(drivers, float(peak.score), model.typical_score, int(peak.step))
+    other = other.reset_index(drop=True)
+    group = other.groupby(["run_id", "episode_id"], sort=False).ngroup().to_numpy()
+    peaks = other.groupby(group)["score"].idxmax().to_numpy()
+    at = rows_of(other[["run_id", "step"]], signals)
+    mine = signals[at >= 0]
+    rows = signal_arrays(mine)
+    rows["group"] = group[at[at >= 0]][np.isfinite(mine["z"].to_numpy(dtype=float))]
+    order = np.argsort(rows["group"], kind="stable")
+    bounds = np.searchsorted(rows["group"][order], np.arange(len(peaks) + 1))
+    episodes = [_take(rows, order[bounds[g]:bounds[g + 1]]) for g in range(len(peaks))]
+    steps = other["step"].to_numpy()[peaks]
+    found = peak_drivers(model, [_take(mine, mine["step"] == step) for mine, step in zip(episodes, steps, strict=True)])
+    for pos, mine, drivers in zip(peaks, episodes, found, strict=True):
+        drivers = at_extreme(drivers, mine)
+        key = (other["run_id"].iat[pos], other["episode_id"].iat[pos])
+        texts[key] = drivers_text(drivers, float(other["score"].iat[pos]), model.typical_score, int(other["step"].iat[pos]))
         payloads[key] = json.dumps(drivers)
     return texts, payloads
 
 
-def at_extreme(drivers: list[dict], rows: pd.DataFrame) -> list[dict]:
+def at_extreme(drivers: list[dict], rows: dict) -> list[dict]:
     """`drivers` with each key's value, baseline and z taken at the step of the episode (`rows`: its
-    signal_z rows) where the key is furthest from the run's baseline the way it moved at the peak, in
+    `signal_arrays`) where the key is furthest from the run's baseline the way it moved at the peak, in
     its own units (z is clipped, and several steps of a large move would tie), and that step."""
     for d in drivers:
         for k in d["keys"]:
-            series = rows[rows["key"] == k["key"]]
-            away = (series["value"] - series["baseline"]).to_numpy(dtype=float) * (1.0 if k["z"] >= 0 else -1.0)
+            mine = np.flatnonzero(rows["key"] == k["key"])
+            away = (rows["value"][mine] - rows["baseline"][mine]) * (1.0 if k["z"] >= 0 else -1.0)
             if np.isfinite(away).any():
-                best = series.iloc[int(np.nanargmax(away))]
-                k.update(value=float(best["value"]), baseline=float(best["baseline"]), z=round(float(best["z"]), 2),
-                         step=int(best["step"]))
+                best = mine[int(np.nanargmax(away))]
+                k.update(value=float(rows["value"][best]), baseline=float(rows["baseline"][best]),
+                         z=round(float(rows["z"][best]), 2), step=int(rows["step"][best]))
     return drivers

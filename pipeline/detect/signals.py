@@ -276,7 +276,7 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def _rows_of(steps: pd.DataFrame, z: pd.DataFrame) -> np.ndarray:
+def rows_of(steps: pd.DataFrame, z: pd.DataFrame) -> np.ndarray:
     """Position in `steps` of each row of `z` (by run_id and step), -1 where absent."""
     runs = pd.Index(pd.unique(steps["run_id"]))
     code_steps = _step_code(runs.get_indexer(steps["run_id"]).astype(np.int64), steps["step"].to_numpy(np.int64))
@@ -325,7 +325,7 @@ def signal_features(z: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     if not len(z) or not len(steps):
         frame = pd.DataFrame(np.zeros((len(steps), len(names) - 1)), index=steps.index, columns=names[:-1])
         return frame.assign(sig_family="")
-    row = _rows_of(steps, z)
+    row = rows_of(steps, z)
     family = pd.Categorical(z["family"], categories=FAMILY_NAMES).codes.astype(np.int64)
     out = step_summary(row, family, z["z"].to_numpy(dtype=float), z["zs"].to_numpy(dtype=float), len(steps))
     frame = pd.DataFrame(out[:, :-1], index=steps.index, columns=names[:-1])
@@ -362,9 +362,8 @@ def signal_summary(metrics: pd.DataFrame, steps: pd.DataFrame, chunk_rows: int =
         features = signal_features(z, mine)
         parts.append(features)
         if keep_moved:
-            moved = mine[features["sig_top"].to_numpy() > MOVED_Z]
-            at = pd.MultiIndex.from_arrays([z["run_id"].astype(str), z["step"]])
-            kept.append(z[at.isin(pd.MultiIndex.from_arrays([moved["run_id"].astype(str), moved["step"]]))])
+            moved = np.r_[features["sig_top"].to_numpy() > MOVED_Z, False]  # the last: a row of no step
+            kept.append(z[moved[rows_of(mine, z)]])
     empty = signal_z(metrics.iloc[:0])
     summary = pd.concat(parts) if parts else signal_features(empty, steps)
     summary = summary.reindex(steps.index).fillna({c: 0.0 for c in summary.columns if c != "sig_family"})
