@@ -12,10 +12,17 @@ from pathlib import Path
 from dagster import DagsterInstance, materialize
 
 from pipeline import objectstore
-from pipeline.assets import ASSET_CHECKS, ASSETS, FLEET_AFTER_MODEL, FLEET_BEFORE_MODEL, RUN_AFTER_MODEL, RUN_BEFORE_MODEL
+from pipeline.assets import (
+    ASSET_CHECKS,
+    ASSETS,
+    FLEET_AFTER_MODEL,
+    FLEET_BEFORE_MODEL,
+    RUN_AFTER_MODEL,
+    RUN_BEFORE_MODEL,
+)
+from pipeline.assets.report import DAY_TAG
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.lake import connect, refresh_catalog
-from pipeline.assets.report import DAY_TAG
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.quality import model_age_days, model_refit_due
 from pipeline.resources import bound_resources

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dagster import Definitions, JobDefinition, build_reconstructable_job
@@ -18,29 +17,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_definitions(
-    archive: str | Path,
-    warehouse: str | Path,
-    reports: str | Path,
-    quiet_period_s: int = 600,
+    archive: str | Path | None = None,
+    warehouse: str | Path | None = None,
+    reports: str | Path | None = None,
+    quiet_period_s: int | None = None,
     smtp: SmtpResource | None = None,
 ) -> Definitions:
-    """Definitions bound to the given archive, warehouse and reports folders."""
+    """Definitions bound to the given archive, warehouse and reports folders; what is not given is read from
+    its VERL_HEALTH_* setting when a run or a sensor tick starts (pipeline/settings.py)."""
     return Definitions(
         assets=ASSETS,
         asset_checks=ASSET_CHECKS,
         jobs=[run_assets_job, run_assets_dask_job, nightly_job, run_health_job, analyze_archive_job],
         sensors=[finished_run_sensor, pipeline_failure_mail, run_attention_mail],
-        schedules=[nightly_schedule],
+        schedules=[nightly_schedule()],
         resources=bound_resources(archive, warehouse, reports, quiet_period_s, smtp),
     )
 
 
-defs = build_definitions(
-    archive=os.environ.get("VERL_HEALTH_ARCHIVE", "data/archive"),
-    warehouse=os.environ.get("VERL_HEALTH_WAREHOUSE", "data/warehouse"),
-    reports=os.environ.get("VERL_HEALTH_REPORTS", "reports"),
-    quiet_period_s=int(os.environ.get("VERL_HEALTH_QUIET_PERIOD_S", "600")),
-)
+defs = build_definitions()
 
 
 def job_of_defs(name: str) -> JobDefinition:
@@ -54,3 +49,7 @@ def reconstructable_job(name: str, working_directory: str | Path = ROOT):
         "pipeline.definitions", "job_of_defs", reconstructable_args=(name,),
         reconstructor_working_directory=str(working_directory),
     )
+
+
+# the command line and the mail tests build these resources from the environment
+__all__ = ["archive_from_env", "build_definitions", "defs", "job_of_defs", "reconstructable_job", "smtp_from_env"]

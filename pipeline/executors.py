@@ -19,7 +19,12 @@ from __future__ import annotations
 import functools
 
 import dask.distributed
-from dagster import define_asset_job, executor, multiple_process_executor_requirements, raise_execution_interrupts
+from dagster import (
+    define_asset_job,
+    executor,
+    multiple_process_executor_requirements,
+    raise_execution_interrupts,
+)
 from dagster_dask import dask_executor
 from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements, query_on_dask_worker
 

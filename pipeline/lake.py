@@ -94,13 +94,21 @@ def swap_into_place(new_dir: Path, final_dir: Path) -> None:
         shutil.rmtree(old_dir, ignore_errors=True)
 
 
-def _parquet_files(folder: Path) -> list[Path]:
-    """The Parquet files of one partition folder, none if it is gone (a concurrent delete)."""
-    try:
-        with os.scandir(folder) as entries:
-            return sorted(Path(e.path) for e in entries if e.name.endswith(".parquet"))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+def _parquet_files(folder: Path, attempts: int = 3) -> list[Path]:
+    """The Parquet files of one partition folder, none if it is gone (a concurrent delete).
+
+    A listing can open the folder a swap has just moved aside and is emptying; a partition always holds a
+    file, so an empty listing of a folder still in place is read again (it then finds the new folder).
+    """
+    for _ in range(attempts):
+        try:
+            with os.scandir(folder) as entries:
+                files = sorted(Path(e.path) for e in entries if e.name.endswith(".parquet"))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        if files:
+            return files
+    return []
 
 
 def _has_partitions(folder: Path) -> bool:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from pipeline.settings import setting
 from pipeline.tables import fleet_tables, names, per_run_tables
 
 SCHEME = "s3://"
@@ -53,7 +54,7 @@ def s3_filesystem(endpoint: str | None = None) -> pafs.S3FileSystem:
 
 def default_cache_dir(url: str, kind: str) -> Path:
     """A stable local folder for one URL: VERL_HEALTH_CACHE or the temp dir, then kind and a URL hash."""
-    base = Path(os.environ.get("VERL_HEALTH_CACHE") or Path(tempfile.gettempdir()) / "verl-health-cache")
+    base = Path(setting("VERL_HEALTH_CACHE") or Path(tempfile.gettempdir()) / "verl-health-cache")
     return base / kind / hashlib.sha256(url.encode()).hexdigest()[:16]
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 from pipeline import tables
 from pipeline.lake import connect
+from pipeline.settings import setting
 
-DEFAULT_REFIT_DAYS = 7.0
 
 def lines_conserved(warehouse: str | Path, run_ids: list[str]) -> dict[str, dict]:
     """Runs whose `log_lines` row count differs from the lines in their raw bytes (`runs.n_lines_read`)."""
@@ -87,7 +86,7 @@ def contract_violations(warehouse: str | Path, table: str, run_ids: list[str] | 
 
 def refit_after_days() -> float:
     """Days after which the anomaly model is refitted: VERL_HEALTH_REFIT_DAYS, read when asked."""
-    return float(os.environ.get("VERL_HEALTH_REFIT_DAYS", DEFAULT_REFIT_DAYS))
+    return float(setting("VERL_HEALTH_REFIT_DAYS"))
 
 
 def model_refit_due(model_age: float | None, limit_days: float | None = None) -> bool:

@@ -1,32 +1,71 @@
-"""Typed Dagster resources: the run archive, the warehouse, the reports folder and the SMTP server."""
+"""Typed Dagster resources: the run archive, the warehouse, the reports folder and the SMTP server.
+
+A field left unset (None) takes its VERL_HEALTH_* setting (pipeline/settings.py) when Dagster sets the
+resource up for a run or a sensor tick, so `defs` reads nothing from the environment at import; a value
+given in code or run config wins. Outside Dagster, `resolved()` does the same.
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from dagster import ConfigurableResource, EnvVar
+from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from pydantic import Field
 
+from pipeline.settings import setting
 
-class ArchiveResource(ConfigurableResource):
+
+def _recipients(value: str) -> list[str]:
+    return [r.strip() for r in value.split(",") if r.strip()]
+
+
+class _FromEnvironment(ConfigurableResource):
+    """A resource whose unset fields are filled from their settings when it is set up."""
+
+    def _settings(self) -> dict[str, tuple[str, type]]:
+        """Field -> (setting, how to read its text)."""
+        return {}
+
+    def resolved(self):
+        """This resource with every unset field read from its setting now."""
+        values = {name: getattr(self, name) for name in type(self).model_fields}
+        for name, (variable, kind) in self._settings().items():
+            if values[name] is None:
+                values[name] = kind(setting(variable))
+        return type(self)(**values)
+
+    def create_resource(self, context: InitResourceContext):
+        """What a run or a sensor tick gets: the settings read when it starts."""
+        return self.resolved()
+
+
+class ArchiveResource(_FromEnvironment):
     """The archive root that holds one entry (folder, .tar.gz, .zip or .gz) per verl run."""
 
-    root: str = Field(description="Archive root: a local folder or an s3:// URL (mirrored into cache_dir).")
-    quiet_period_s: int = Field(
-        default=600, description="A run unchanged for this many seconds counts as finished."
+    root: str | None = Field(
+        default=None, description="Archive root: a local folder or an s3:// URL; unset: VERL_HEALTH_ARCHIVE."
     )
-    cache_dir: str = Field(default="", description="Local mirror of an s3:// archive; empty: a temp folder.")
-    max_run_gb: float = Field(
-        default=64.0, description="Decompressed bytes read per run (GiB): the decompression-bomb guard."
+    quiet_period_s: int | None = Field(
+        default=None, description="A run unchanged this many seconds counts as finished; unset: VERL_HEALTH_QUIET_PERIOD_S."
     )
-    max_line_mb: float = Field(default=64.0, description="Longer lines are kept truncated to this size (MiB).")
+    cache_dir: str = Field(default="", description="Local mirror of an s3:// archive; empty: VERL_HEALTH_CACHE.")
+    max_run_gb: float | None = Field(
+        default=None, description="Decompressed GiB read per run (the decompression-bomb guard); unset: VERL_HEALTH_MAX_RUN_GB."
+    )
+    max_line_mb: float | None = Field(
+        default=None, description="Longer lines are kept truncated to this many MiB; unset: VERL_HEALTH_MAX_LINE_MB."
+    )
+
+    def _settings(self) -> dict[str, tuple[str, type]]:
+        return {"root": ("VERL_HEALTH_ARCHIVE", str), "quiet_period_s": ("VERL_HEALTH_QUIET_PERIOD_S", int),
+                "max_run_gb": ("VERL_HEALTH_MAX_RUN_GB", float), "max_line_mb": ("VERL_HEALTH_MAX_LINE_MB", float)}
 
     def limits(self):
         """The ingest limits these settings give."""
         from pipeline.ingest.readers import IngestLimits
 
-        return IngestLimits(max_total_bytes=int(self.max_run_gb * 2**30), max_line_bytes=int(self.max_line_mb * 2**20))
+        res = self.resolved()
+        return IngestLimits(max_total_bytes=int(res.max_run_gb * 2**30), max_line_bytes=int(res.max_line_mb * 2**20))
 
     def local_root(self) -> Path:
         """The folder ingest reads: the root itself, or the refreshed local mirror of an s3:// root."""
@@ -41,14 +80,21 @@ class ArchiveResource(ConfigurableResource):
         """Discover the run entries under the root."""
         from pipeline.ingest import discover_runs
 
-        return discover_runs(self.local_root(), quiet_period_s=self.quiet_period_s, now=now)
+        res = self.resolved()
+        return discover_runs(res.local_root(), quiet_period_s=res.quiet_period_s, now=now)
 
 
-class WarehouseResource(ConfigurableResource):
+class WarehouseResource(_FromEnvironment):
     """The Parquet lake and its DuckDB catalog."""
 
-    path: str = Field(description="Warehouse folder, or an s3:// URL it is published to (built in cache_dir).")
-    cache_dir: str = Field(default="", description="Local build folder of an s3:// warehouse; empty: a temp folder.")
+    path: str | None = Field(
+        default=None,
+        description="Warehouse folder, or an s3:// URL it is published to (built in cache_dir); unset: VERL_HEALTH_WAREHOUSE.",
+    )
+    cache_dir: str = Field(default="", description="Local build folder of an s3:// warehouse; empty: VERL_HEALTH_CACHE.")
+
+    def _settings(self) -> dict[str, tuple[str, type]]:
+        return {"path": ("VERL_HEALTH_WAREHOUSE", str)}
 
     @property
     def root(self) -> Path:
@@ -75,10 +121,13 @@ class WarehouseResource(ConfigurableResource):
         return connect(self.root)
 
 
-class ReportsResource(ConfigurableResource):
+class ReportsResource(_FromEnvironment):
     """The folder HTML reports are written to."""
 
-    path: str = Field(description="Reports folder (runs/ and fleet/ below it).")
+    path: str | None = Field(default=None, description="Reports folder (runs/ and fleet/ below it); unset: VERL_HEALTH_REPORTS.")
+
+    def _settings(self) -> dict[str, tuple[str, type]]:
+        return {"path": ("VERL_HEALTH_REPORTS", str)}
 
     @property
     def root(self) -> Path:
@@ -88,21 +137,30 @@ class ReportsResource(ConfigurableResource):
         return p
 
 
-class SmtpResource(ConfigurableResource):
-    """An SMTP server for the fleet report and alerts. Secrets come from the environment via EnvVar."""
+class SmtpResource(_FromEnvironment):
+    """An SMTP server for the fleet report and alerts; each unset field is its VERL_HEALTH_SMTP_* / _MAIL_* setting."""
 
-    host: str = Field(default="", description="SMTP host; empty disables mail.")
-    port: int = Field(default=587)
-    security: str = Field(default="starttls", description="'starttls', 'ssl' or 'none'.")
-    user: str = Field(default="")
-    password: str = Field(default="")
-    sender: str = Field(default="verl-health@localhost")
-    recipients: list[str] = Field(default_factory=list)
+    host: str | None = Field(default=None, description="SMTP host; empty disables mail.")
+    port: int | None = Field(default=None)
+    security: str | None = Field(default=None, description="'starttls', 'ssl' or 'none'.")
+    user: str | None = Field(default=None)
+    password: str | None = Field(default=None)
+    sender: str | None = Field(default=None)
+    recipients: list[str] | None = Field(default=None)
     timeout_s: float = Field(default=30.0)
-    ca_file: str = Field(default="", description="CA bundle to trust (a private server's); empty: the system's.")
-    reports_url: str = Field(
-        default="", description="Where the reports folder is served (https://...): mails link the reports there."
+    ca_file: str | None = Field(default=None, description="CA bundle to trust (a private server's); empty: the system's.")
+    reports_url: str | None = Field(
+        default=None, description="Where the reports folder is served (https://...): mails link the reports there."
     )
+
+    def _settings(self) -> dict[str, tuple[str, type]]:
+        return {
+            "host": ("VERL_HEALTH_SMTP_HOST", str), "port": ("VERL_HEALTH_SMTP_PORT", int),
+            "security": ("VERL_HEALTH_SMTP_SECURITY", str), "user": ("VERL_HEALTH_SMTP_USER", str),
+            "password": ("VERL_HEALTH_SMTP_PASSWORD", str), "sender": ("VERL_HEALTH_MAIL_FROM", str),
+            "recipients": ("VERL_HEALTH_MAIL_TO", _recipients), "ca_file": ("VERL_HEALTH_SMTP_CA_FILE", str),
+            "reports_url": ("VERL_HEALTH_REPORTS_URL", str),
+        }
 
     @property
     def enabled(self) -> bool:
@@ -122,47 +180,35 @@ class SmtpResource(ConfigurableResource):
         }
 
 
-def _secret(name: str):
-    """An EnvVar when the variable is set, so secrets never sit in config; empty otherwise."""
-    return EnvVar(name) if os.environ.get(name) else ""
-
-
 def smtp_from_env() -> SmtpResource:
-    """The SMTP resource configured from VERL_HEALTH_SMTP_* / VERL_HEALTH_MAIL_* variables."""
-    env = os.environ
-    return SmtpResource(
-        host=env.get("VERL_HEALTH_SMTP_HOST", ""),
-        port=int(env.get("VERL_HEALTH_SMTP_PORT", "587")),
-        security=env.get("VERL_HEALTH_SMTP_SECURITY", "starttls"),
-        user=_secret("VERL_HEALTH_SMTP_USER"),
-        password=_secret("VERL_HEALTH_SMTP_PASSWORD"),
-        sender=env.get("VERL_HEALTH_MAIL_FROM", "verl-health@localhost"),
-        recipients=[r.strip() for r in env.get("VERL_HEALTH_MAIL_TO", "").split(",") if r.strip()],
-        ca_file=env.get("VERL_HEALTH_SMTP_CA_FILE", ""),
-        reports_url=env.get("VERL_HEALTH_REPORTS_URL", ""),
-    )
+    """The SMTP resource as the environment sets it now, the login kept as EnvVars (Dagster resolves them
+    when a run starts, so they never sit in run config)."""
+    resolved = SmtpResource().resolved()
+    secrets = {name: EnvVar(resolved._settings()[name][0]) if getattr(resolved, name) else ""
+               for name in ("user", "password")}
+    return SmtpResource(**{**{n: getattr(resolved, n) for n in SmtpResource.model_fields}, **secrets})
 
 
-def archive_from_env(archive: str | Path, quiet_period_s: int = 600) -> ArchiveResource:
-    """The archive resource for `archive`, with the ingest limits of VERL_HEALTH_MAX_RUN_GB / _LINE_MB."""
-    return ArchiveResource(
-        root=str(archive), quiet_period_s=quiet_period_s,
-        max_run_gb=float(os.environ.get("VERL_HEALTH_MAX_RUN_GB", "64")),
-        max_line_mb=float(os.environ.get("VERL_HEALTH_MAX_LINE_MB", "64")),
-    )
+def archive_from_env(archive: str | Path, quiet_period_s: int | None = None) -> ArchiveResource:
+    """The archive resource for `archive`, its other settings read from the environment now."""
+    return ArchiveResource(root=str(archive), quiet_period_s=quiet_period_s).resolved()
+
+
+def _text(value) -> str | None:
+    return None if value is None else str(value)
 
 
 def bound_resources(
-    archive: str | Path,
-    warehouse: str | Path,
-    reports: str | Path,
-    quiet_period_s: int = 600,
+    archive: str | Path | None = None,
+    warehouse: str | Path | None = None,
+    reports: str | Path | None = None,
+    quiet_period_s: int | None = None,
     smtp: SmtpResource | None = None,
 ) -> dict[str, ConfigurableResource]:
-    """The resources every asset, sensor and job uses, bound to the given folders."""
+    """The resources every asset, sensor and job uses; what is not given comes from the settings at run time."""
     return {
-        "archive": archive_from_env(archive, quiet_period_s),
-        "warehouse": WarehouseResource(path=str(warehouse)),
-        "reports": ReportsResource(path=str(reports)),
-        "smtp": smtp or smtp_from_env(),
+        "archive": ArchiveResource(root=_text(archive), quiet_period_s=quiet_period_s),
+        "warehouse": WarehouseResource(path=_text(warehouse)),
+        "reports": ReportsResource(path=_text(reports)),
+        "smtp": smtp or SmtpResource(),
     }

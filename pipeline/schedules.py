@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import os
+from dagster import (
+    AssetKey,
+    DefaultScheduleStatus,
+    RunRequest,
+    ScheduleDefinition,
+    ScheduleEvaluationContext,
+    schedule,
+)
 
-from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, schedule
-
-from pipeline.assets.report import DAY_TAG
 from pipeline.assets import NIGHTLY_ASSETS
+from pipeline.assets.report import DAY_TAG
 from pipeline.jobs import nightly_job
 from pipeline.quality import model_age_days, model_refit_due
 from pipeline.resources import WarehouseResource
+from pipeline.settings import setting
 from pipeline.tables import MODEL
-
-NIGHTLY_CRON = os.environ.get("VERL_HEALTH_NIGHTLY_CRON", "0 2 * * *")
-NIGHTLY_TIMEZONE = os.environ.get("VERL_HEALTH_TIMEZONE", "UTC")
 
 
 def nightly_selection(model_age: float | None, limit_days: float | None = None) -> list[str]:
@@ -23,27 +26,23 @@ def nightly_selection(model_age: float | None, limit_days: float | None = None) 
     return [*NIGHTLY_ASSETS, MODEL] if due else list(NIGHTLY_ASSETS)
 
 
-@schedule(
-    job=nightly_job,
-    cron_schedule=NIGHTLY_CRON,
-    execution_timezone=NIGHTLY_TIMEZONE,
-    default_status=DefaultScheduleStatus.STOPPED,
-    description="Every night: rebuild fleet tables, refit the model when due, render and mail the fleet report.",
-)
-def nightly_schedule(context: ScheduleEvaluationContext, warehouse: WarehouseResource):
+def nightly_requests(context: ScheduleEvaluationContext, warehouse: WarehouseResource) -> RunRequest:
     """One run per night, keyed by its date so a retried tick does not run twice; the model's age is
     taken at the tick."""
     tick = context.scheduled_execution_time
     day = tick.date().isoformat()
     selection = nightly_selection(model_age_days(warehouse.root, now=tick.timestamp()))
-    return RunRequest(
-        run_key=f"nightly-{day}",
-        asset_selection=[_key(a) for a in selection],
-        tags={DAY_TAG: day},
-    )
+    return RunRequest(run_key=f"nightly-{day}", asset_selection=[AssetKey(a) for a in selection], tags={DAY_TAG: day})
 
 
-def _key(name: str):
-    from dagster import AssetKey
-
-    return AssetKey(name)
+def nightly_schedule(cron: str | None = None, timezone: str | None = None) -> ScheduleDefinition:
+    """The nightly schedule; its cron and timezone are VERL_HEALTH_NIGHTLY_CRON and VERL_HEALTH_TIMEZONE
+    unless given, read when the definitions are built (a schedule's cron is fixed once the code location loads)."""
+    return schedule(
+        job=nightly_job,
+        name="nightly_schedule",
+        cron_schedule=cron or setting("VERL_HEALTH_NIGHTLY_CRON"),
+        execution_timezone=timezone or setting("VERL_HEALTH_TIMEZONE"),
+        default_status=DefaultScheduleStatus.STOPPED,
+        description="Every night: rebuild fleet tables, refit the model when due, render and mail the fleet report.",
+    )(nightly_requests)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from dagster import AssetKey
 
 from pipeline.definitions import build_definitions, defs
@@ -101,3 +102,33 @@ def test_public_dagster_apis_only():
                for n, line in enumerate(p.read_text().splitlines(), 1)
                if re.match(r"\s*(from|import)\s+dagster\._", line)]
     assert private == []
+
+
+def test_settings_reach_the_resources_when_a_run_starts(tmp_path, monkeypatch):
+    """`defs` was built at import with no folders; the VERL_HEALTH_* variables set afterwards decide where a
+    run reads and writes and how long a line may be (a 5,000-byte line kept as 1,048 bytes)."""
+    from dagster import DagsterInstance, materialize
+
+    from pipeline.partitions import RUN_PARTITIONS_NAME
+
+    run = tmp_path / "archive" / "run-a"
+    run.mkdir(parents=True)
+    (run / "train.log").write_text("step:1 - actor/pg_loss:0.5\n" + "x" * 5000 + "\nstep:2 - actor/pg_loss:0.4\n")
+    for name, value in {"ARCHIVE": tmp_path / "archive", "WAREHOUSE": tmp_path / "wh", "REPORTS": tmp_path / "rep",
+                        "QUIET_PERIOD_S": 0, "MAX_LINE_MB": 0.001}.items():
+        monkeypatch.setenv(f"VERL_HEALTH_{name}", str(value))
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, ["run-a"])
+    result = materialize(list(defs.assets), resources=defs.resources, instance=instance, partition_key="run-a",
+                         selection=["runs", "log_lines", "step_metrics"])
+    assert result.success
+
+    lines = pq.read_table(tmp_path / "wh" / "log_lines" / "run_id=run-a").column("text").to_pylist()
+    assert [len(t) for t in lines] == [len("step:1 - actor/pg_loss:0.5"), int(0.001 * 2**20), len("step:2 - actor/pg_loss:0.4")]
+
+
+def test_nightly_cron_is_read_when_the_definitions_are_built(monkeypatch):
+    monkeypatch.setenv("VERL_HEALTH_NIGHTLY_CRON", "30 5 * * *")
+    monkeypatch.setenv("VERL_HEALTH_TIMEZONE", "Europe/Paris")
+    [nightly] = build_definitions().get_repository_def().schedule_defs
+    assert (nightly.cron_schedule, nightly.execution_timezone) == ("30 5 * * *", "Europe/Paris")

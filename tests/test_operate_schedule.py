@@ -18,7 +18,7 @@ def _request(warehouse):
         scheduled_execution_time=TICK,
         resources={"warehouse": WarehouseResource(path=str(warehouse))},
     )
-    return nightly_schedule(context)
+    return nightly_schedule()(context)
 
 
 def _write_model_meta(warehouse, fitted_at):

@@ -20,7 +20,6 @@ from pipeline.quality import contract_violations, phase_sums_consistent
 from pipeline.resources import WarehouseResource
 
 
-
 def _contract_check(name: str) -> list[AssetCheckSpec]:
     """The blocking check that the table exists with every contract column (pipeline/tables.py)."""
     return [AssetCheckSpec("matches_contract", asset=name, blocking=True,

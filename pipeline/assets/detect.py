@@ -18,10 +18,8 @@ from pipeline import tables
 from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
 from pipeline.lake import table_dir
 from pipeline.partitions import run_partitions
-from pipeline.quality import contract_violations, model_age_days
+from pipeline.quality import contract_violations, model_age_days, model_refit_due, refit_after_days
 from pipeline.resources import WarehouseResource
-
-MODEL_MAX_AGE_DAYS = 7.0
 
 
 class AnomalyModelSettings(Config):
@@ -61,14 +59,14 @@ def anomaly_model(context: AssetExecutionContext, config: AnomalyModelSettings, 
     )
 
 
-@asset_check(asset=anomaly_model, description="The model exists and is younger than a week.")
+@asset_check(asset=anomaly_model, description="The model exists and is younger than the refit age (VERL_HEALTH_REFIT_DAYS).")
 def anomaly_model_fresh(warehouse: WarehouseResource) -> AssetCheckResult:
-    """Warns when the stored model is missing or older than MODEL_MAX_AGE_DAYS."""
+    """Warns when the stored model is missing or due for a refit (as old as VERL_HEALTH_REFIT_DAYS)."""
     age = model_age_days(warehouse.root)
     return AssetCheckResult(
-        passed=age is not None and age <= MODEL_MAX_AGE_DAYS,
+        passed=not model_refit_due(age),
         severity=AssetCheckSeverity.WARN,
-        metadata={"age_days": -1.0 if age is None else round(age, 2), "max_age_days": MODEL_MAX_AGE_DAYS},
+        metadata={"age_days": -1.0 if age is None else round(age, 2), "max_age_days": refit_after_days()},
     )
 
 
