@@ -200,3 +200,37 @@ def test_a_wandb_directory_is_a_folder_of_runs(tmp_path):
     # output.log is the console: the run was past its start-up (W&B's longer debug log has no steps)
     assert got == [("offline-run-20251104_063305-gkn3gtx6", 3, "no_outcome", None),
                    ("run-20251105_101500-x9k2m4pq", 3, "no_outcome", None)]
+
+
+def _events(logdir: Path, steps: range, scalars: dict[str, float], suffix: str = "") -> None:
+    writer = EventFileWriter(str(logdir), filename_suffix=suffix)
+    for step in steps:
+        value = [summary_pb2.Summary.Value(tag=k, simple_value=v) for k, v in scalars.items()]
+        writer.add_event(event_pb2.Event(summary=summary_pb2.Summary(value=value), step=step,
+                                         wall_time=1_760_000_000 + step))
+    writer.close()
+
+
+def test_console_values_win_and_tensorboard_adds_what_the_console_lacks(tmp_path):
+    root = tmp_path / "archive"
+    (root / "r").mkdir(parents=True)
+    (root / "r" / "train.log").write_text("step:1 - actor/entropy:0.5\nstep:2 - actor/entropy:0.25\n")
+    _events(root / "r" / "tb", range(1, 3), {"actor/entropy": 0.125, "perf/mfu/actor": 0.375})
+    run = ingest_root(root, tmp_path / "wh")["r"]
+    got = {(m["step"], m["key"]): (m["value"], m["source"]) for m in run.metrics}
+    assert got == {(1, "actor/entropy"): (0.5, "console"), (2, "actor/entropy"): (0.25, "console"),
+                   (1, "perf/mfu/actor"): (0.375, "tensorboard"), (2, "perf/mfu/actor"): (0.375, "tensorboard")}
+
+
+def test_a_resumed_runs_later_event_file_wins(tmp_path):
+    """A resumed run writes a new event file (its name carries the start time) repeating the steps since
+    the checkpoint: those steps take the later file's values."""
+    logdir = tmp_path / "archive" / "r" / "tb"
+    _events(logdir, range(1, 6), {"critic/score/mean": 0.25})
+    first = next(logdir.iterdir())
+    first.rename(logdir / first.name.replace("events.out.tfevents.", "events.out.tfevents.0"))  # the older start
+    _events(logdir, range(4, 7), {"critic/score/mean": 0.75})
+    run = ingest_root(tmp_path / "archive", tmp_path / "wh")["r"]
+    assert len(run.metrics) == 6  # one value per step
+    assert values(run) == {(1, "critic/score/mean"): 0.25, (2, "critic/score/mean"): 0.25, (3, "critic/score/mean"): 0.25,
+                           (4, "critic/score/mean"): 0.75, (5, "critic/score/mean"): 0.75, (6, "critic/score/mean"): 0.75}
