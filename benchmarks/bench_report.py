@@ -1,13 +1,18 @@
-"""Benchmark the reports: the run report of a 20,000-step run and the fleet report of 1,000 runs.
+"""Benchmark the reports: the run report of a 20,000-step run and the fleet report of 1,000 runs, and
+what the charts cost per run report against a baseline revision's charts (matplotlib PNGs before c7f7c09).
 
 Tables are fabricated (tests/report_fixtures.py) in a temporary warehouse; prints times and file sizes.
-Usage: python benchmarks/bench_report.py [--steps 20000] [--runs 1000] [--keep DIR]
+Usage: python benchmarks/bench_report.py [--steps 20000] [--runs 1000] [--chart-runs 40]
+       [--baseline-rev b3354dd] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,11 +25,12 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from report_fixtures import FAILURE_CLASSES, RunSpec, write_run  # noqa: E402
 
 from pipeline.derive import derive_fleet_tables  # noqa: E402
-from pipeline.report import build_fleet_mail, render_fleet_report, render_run_report  # noqa: E402
+from pipeline.report import build_fleet_mail, charts, render_fleet_report, render_run_report  # noqa: E402
 
 DAY = date(2026, 11, 28)
 ANOMALY_CLASSES = ("gen_slowdown", "kl_spike", "grad_explosion", "update_actor_slowdown")
 FLEET_TABLES = ("runs", "run_summary", "step_anomalies", "step_phases")
+RUN_CHARTS = ("phase_chart", "health_chart")
 
 
 def _timed(fn):
@@ -96,6 +102,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=1_000)
+    parser.add_argument("--chart-runs", type=int, default=40, help="short runs whose reports time the charts")
+    parser.add_argument("--baseline-rev", default="b3354dd",
+                        help="git revision whose pipeline/report/charts.py is the baseline (matplotlib)")
     parser.add_argument(
         "--keep", type=Path, help="write warehouses and reports here instead of a temp folder"
     )
@@ -104,9 +113,91 @@ def main() -> None:
         run_benchmark(args, args.keep or Path(tmp))
 
 
+def baseline_charts(rev: str):
+    """The run-report chart functions of `pipeline/report/charts.py` at git revision `rev`."""
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:pipeline/report/charts.py"],
+                            check=True, capture_output=True, text=True).stdout
+    spec = importlib.util.spec_from_loader(f"charts_{rev}", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    exec(compile(source, f"{rev}:pipeline/report/charts.py", "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+@contextlib.contextmanager
+def timed_charts(impl, spent: list[float]):
+    """Route the run report's chart calls to `impl`'s functions and add the CPU seconds spent in them to
+    `spent` (CPU, not wall: the machine is shared, and the two versions are timed on the same load)."""
+    saved = {name: getattr(charts, name) for name in RUN_CHARTS}
+
+    def wrap(fn):
+        def timed(*a, **k):
+            start = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent.append(time.process_time() - start)
+        return timed
+
+    for name in RUN_CHARTS:
+        setattr(charts, name, wrap(getattr(impl, name)))
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(charts, name, fn)
+
+
+def chart_costs(args: argparse.Namespace, root: Path) -> None:
+    """Per run report of a short run (20-60 steps): the whole render and the charts' part, with the baseline
+    revision's charts and with the current ones, on the same tables, alternating run by run."""
+    rng = random.Random(5)
+    wh = root / "wh_charts"
+    ids = []
+    for i in range(args.chart_runs):
+        n = rng.randint(20, 60)
+        first = rng.randint(2, n - 6)
+        write_run(wh, RunSpec(run_id=f"chart-{i:03d}", failure_class="completed", n_steps=n,
+                              episodes=[(first, first + 3, rng.choice(ANOMALY_CLASSES))], seed=100 + i))
+        ids.append(f"chart-{i:03d}")
+    impls = {"baseline " + args.baseline_rev: baseline_charts(args.baseline_rev), "current": charts}
+    whole = {label: 0.0 for label in impls}
+    spent: dict[str, list[float]] = {label: [] for label in impls}
+    for impl in impls.values():  # imports, fonts and template compilation, once each
+        with timed_charts(impl, []):
+            render_run_report(wh, ids[0], root / "warm")
+    for rid in ids:
+        for label, impl in impls.items():
+            with timed_charts(impl, spent[label]):
+                start = time.process_time()
+                render_run_report(wh, rid, root / "reports_charts" / label.split()[0])
+                whole[label] += time.process_time() - start
+    _print_costs(f"{len(ids)} runs of 20-60 steps", len(ids), whole, spent)
+    long_wh = root / "wh_long_charts"
+    long_run(long_wh, args.steps)
+    whole = {label: 0.0 for label in impls}
+    spent = {label: [] for label in impls}
+    for _ in range(3):
+        for label, impl in impls.items():
+            with timed_charts(impl, spent[label]):
+                start = time.process_time()
+                render_run_report(long_wh, "long-run", root / "reports_charts" / label.split()[0])
+                whole[label] += time.process_time() - start
+    _print_costs(f"one run of {args.steps} steps, 3 times", 3, whole, spent)
+
+
+def _print_costs(what: str, n: int, whole: dict[str, float], spent: dict[str, list[float]]) -> None:
+    print(f"run report charts, {what} (CPU per report):")
+    for label in whole:
+        print(f"  {label:<18} render {whole[label] / n * 1000:7.1f} ms, of which charts {sum(spent[label]) / n * 1000:7.1f} ms")
+    (b_whole, c_whole), (b_chart, c_chart) = whole.values(), (sum(v) for v in spent.values())
+    print(f"  speed-up: charts {b_chart / c_chart:5.1f}x, whole report {b_whole / c_whole:4.2f}x")
+
+
 def run_benchmark(args: argparse.Namespace, root: Path) -> None:
     """Render both reports and the mail in `root`, printing times and sizes."""
     reports = root / "reports"
+    chart_costs(args, root)
 
     _, t_build = _timed(lambda: long_run(root / "wh_long", args.steps))
     path, t_run = _timed(lambda: render_run_report(root / "wh_long", "long-run", reports))
