@@ -28,16 +28,24 @@ MAX_NEW_SHOWN = 50
 def register_line_templates(con: duckdb.DuckDBPyConnection) -> int:
     """Mine the distinct messages of `run_events` (furniture aside) with Drain3 and register the mapping as
     `line_templates(message, template)` on `con`, for sql/error_templates.sql; returns the messages mined."""
-    # oldest first: Drain3 widens a template as lines join it, so the order only decides which line
-    # founds a template, never which template a line ends in
-    messages = [m for (m,) in con.execute(
-        "select message from run_events where not list_contains($furniture, event_class) and trim(message) <> ''"
+    # Messages equal but for their digits get one template (the miner masks every number), so Drain3 sees
+    # one message per such shape: a fleet's messages mostly differ in numbers. Oldest first: Drain3 widens a
+    # template as lines join it, so the order only decides which line founds a template.
+    found = con.execute(
+        "select message, regexp_replace(message, '[0-9]+', '0', 'g') as shape from run_events"
+        " where not list_contains($furniture, event_class) and trim(message) <> ''"
         " group by message order by min(coalesce(ts, order_ts)) nulls last, message",
         {"furniture": list(FURNITURE)},
-    ).fetchall()]
-    con.register("line_templates", pa.table({"message": pa.array(messages, pa.string()),
-                                             "template": pa.array(mine_templates(messages), pa.string())}))
-    return len(messages)
+    ).fetchall()
+    first_of_shape: dict[str, str] = {}
+    for message, shape in found:
+        first_of_shape.setdefault(shape, message)
+    template_of = dict(zip(first_of_shape, mine_templates(first_of_shape.values()), strict=True))
+    con.register("line_templates", pa.table({
+        "message": pa.array([m for m, _ in found], pa.string()),
+        "template": pa.array([template_of[shape] for _, shape in found], pa.string()),
+    }))
+    return len(first_of_shape)
 
 
 def new_signatures(warehouse: str | Path, day: date, days: int = NEW_DAYS) -> list[dict[str, Any]]:
