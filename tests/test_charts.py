@@ -141,3 +141,13 @@ def test_colours_follow_the_page_scheme():
     dark = style[style.index("prefers-color-scheme:dark"):]
     light_c0 = re.search(r"--c0:(#[0-9a-f]+)", style).group(1)
     assert re.search(r"--c0:(#[0-9a-f]+)", dark).group(1) != light_c0
+
+
+def test_fleet_charts_are_twice_the_pixels_with_their_values_in_words():
+    """Fleet charts stay PNG (the report is mailed); the alt text, also the hover title, carries the values."""
+    chart = charts.weekly_chart([("11-02", 5, 1, 42.0), ("11-09", 3, 0, None)])
+    assert chart.png[:8] == b"\x89PNG\r\n\x1a\n" and chart.svg is None
+    assert int.from_bytes(chart.png[16:20], "big") >= 2 * chart.width
+    assert chart.alt == "Runs per week (week: runs, failed or hung, median step): 11-02: 5, 1, 42 s; 11-09: 3, 0, –"
+    shares = charts.share_bars([("qwen-7b grpo", {"gen": 0.5, "update_actor": 0.25})])
+    assert shares.alt == "Phase shares per config group: qwen-7b grpo: gen 50%, update_actor 25%"

@@ -588,7 +588,9 @@ def share_bars(groups: list[tuple[str, dict[str, float]]]) -> Chart | None:
     ax.set_title("Share of step time by phase, per config group", loc="left")
     ax.legend(ncol=min(len(phases), 6), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.5 / len(groups) - 0.08),
               frameon=False)
-    return _finish(fig, "shares", "Phase shares per config group")
+    alt = "Phase shares per config group: " + "; ".join(
+        f"{g}: " + ", ".join(f"{p} {s[p]:.0%}" for p in phases if s.get(p)) for g, s in groups)
+    return _finish(fig, "shares", alt)
 
 
 def weekly_chart(weeks: list[tuple[str, int, int, float | None]]) -> Chart | None:
@@ -617,4 +619,6 @@ def weekly_chart(weeks: list[tuple[str, int, int, float | None]]) -> Chart | Non
         twin.set_ylim(top=np.nanmax(med) * 1.35)
     ax.legend(fontsize=8, loc="upper left", frameon=False, ncol=2)
     ax.tick_params(axis="x", labelsize=8)
-    return _finish(fig, "weekly", "Runs per week, failed vs fine, with median step time")
+    alt = "Runs per week (week: runs, failed or hung, median step): " + "; ".join(
+        f"{w[0]}: {w[1]}, {w[2]}, " + ("–" if w[3] is None else f"{w[3]:.3g} s") for w in weeks)
+    return _finish(fig, "weekly", alt)
