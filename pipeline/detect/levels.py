@@ -160,6 +160,10 @@ def centred_median3(z: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.nd
     prev[first] = np.nan
     nxt = np.concatenate([z[1:], [np.nan]])
     nxt[last] = np.nan
-    three = np.sort(np.stack([prev, z, nxt]), axis=0)  # the missing ones sort last
-    present = np.sum(~np.isnan(three), axis=0)
-    return np.where(present == 3, three[1], np.where(present == 2, (three[0] + three[1]) / 2, three[0]))
+    missing = [np.isnan(a) for a in (prev, z, nxt)]
+    present = 3 - sum(m.astype(np.int8) for m in missing)
+    total = sum(np.where(m, 0.0, a) for m, a in zip(missing, (prev, z, nxt), strict=True))
+    # the median of three without a sort: the larger of the smallest pair and the smaller of the rest
+    middle = np.maximum(np.minimum(prev, z), np.minimum(np.maximum(prev, z), nxt))
+    with np.errstate(invalid="ignore"):
+        return np.where(present == 3, middle, np.where(present == 2, total / 2, np.where(present == 1, total, np.nan)))

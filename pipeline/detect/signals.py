@@ -333,17 +333,21 @@ def signal_features(z: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def run_slices(run_ids: pd.Series, chunk_rows: int = CHUNK_ROWS) -> list[np.ndarray]:
-    """Row positions of `run_ids` in groups of whole runs of about `chunk_rows` rows."""
+def run_slices(run_ids: pd.Series, chunk_rows: int = CHUNK_ROWS) -> list[slice | np.ndarray]:
+    """Row positions of `run_ids` in groups of whole runs of about `chunk_rows` rows: slices when the
+    rows are already grouped by run in code order (no copy of the order), positions otherwise."""
     run, _ = _codes(run_ids.reset_index(drop=True))
-    order = np.argsort(run, kind="stable")
-    bounds = np.flatnonzero(np.r_[True, run[order][1:] != run[order][:-1], True])
+    grouped = bool(np.all(run[1:] >= run[:-1])) if len(run) else True
+    order = None if grouped else np.argsort(run, kind="stable")
+    ordered = run if grouped else run[order]
+    bounds = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1], True])
     slices, first = [], 0
     for i in range(1, len(bounds)):
         if bounds[i] - bounds[first] >= chunk_rows or i == len(bounds) - 1:
-            slices.append(order[bounds[first]:bounds[i]])
+            a, b = bounds[first], bounds[i]
+            slices.append(slice(a, b) if grouped else order[a:b])
             first = i
-    return [s for s in slices if len(s)]
+    return [s for s in slices if (s.stop - s.start if isinstance(s, slice) else len(s))]
 
 
 def signal_summary(metrics: pd.DataFrame, steps: pd.DataFrame, chunk_rows: int = CHUNK_ROWS,
