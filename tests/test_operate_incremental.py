@@ -1,5 +1,6 @@
 """A second analysis of an unchanged archive skips every run; a changed run, a lost report or --force redo it."""
 
+import shutil
 import time
 
 from operate_support import simulate
@@ -31,6 +32,12 @@ def test_unchanged_runs_are_skipped(tmp_path):
     third = analyze_archive(archive, warehouse, reports)
     assert sorted(third.run_ids) == sorted([grown, lost])
     assert (reports / "runs" / f"{lost}.html").is_file()
+
+    # a run missing one per-run table (as when a table is added to the registry) is due again
+    entries = discover_runs(archive, quiet_period_s=0, now=time.time() + 1).entries
+    assert split_changed(entries, warehouse, reports) == ([], sorted(labels["runs"]))
+    shutil.rmtree(warehouse / "config_findings" / f"run_id={lost}")
+    assert split_changed(entries, warehouse, reports) == ([lost], [grown])
 
 
 def test_new_runs_are_scored_with_the_stored_model(tmp_path):
