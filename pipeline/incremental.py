@@ -9,12 +9,14 @@ import pyarrow.parquet as pq
 from pipeline import tables
 from pipeline.lake import run_partition_dir
 
+# Per-run outputs that must exist for a run to count as analysed.
+FINAL_TABLES = ("runs", "run_summary", "step_anomalies")
 INGEST_TABLES = tables.names(writer=tables.INGEST)  # what ingest writes per run
 # A Dagster run tag: ingest every requested run again, even one whose archive entry has not changed.
 REINGEST_TAG = "verl-health/reingest"
 MTIME_TOLERANCE_S = 1e-3
 # What `runs.ingest_version` records; a run ingested by an older version is ingested again.
-INGEST_VERSION = 3
+INGEST_VERSION = 4  # 4: W&B run facts, file roles, TensorBoard scalars (event files no longer read as text)
 
 
 def recorded_source(warehouse: str | Path, run_id: str) -> tuple[str, float | None] | None:
@@ -45,11 +47,10 @@ def ingest_is_current(entry, warehouse: str | Path) -> bool:
 
 
 def is_unchanged(entry, warehouse: str | Path, reports: str | Path) -> bool:
-    """True when `entry` is the same file set as at its last ingest and every per-run output exists (a table
-    added since the run was analysed makes it due again)."""
+    """True when `entry` is the same file set as at its last ingest and every per-run output exists."""
     if not ingest_is_current(entry, warehouse):
         return False
-    outputs = [run_partition_dir(warehouse, t, entry.run_id) for t in tables.per_run_tables()]
+    outputs = [run_partition_dir(warehouse, t, entry.run_id) for t in FINAL_TABLES]
     report = Path(reports) / "runs" / f"{entry.run_id}.html"
     return all(p.is_dir() for p in outputs) and report.is_file()
 
