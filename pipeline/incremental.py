@@ -9,8 +9,6 @@ import pyarrow.parquet as pq
 from pipeline import tables
 from pipeline.lake import run_partition_dir
 
-# Per-run outputs that must exist for a run to count as analysed.
-FINAL_TABLES = ("runs", "run_summary", "step_anomalies")
 INGEST_TABLES = tables.names(writer=tables.INGEST)  # what ingest writes per run
 # A Dagster run tag: ingest every requested run again, even one whose archive entry has not changed.
 REINGEST_TAG = "verl-health/reingest"
@@ -47,10 +45,11 @@ def ingest_is_current(entry, warehouse: str | Path) -> bool:
 
 
 def is_unchanged(entry, warehouse: str | Path, reports: str | Path) -> bool:
-    """True when `entry` is the same file set as at its last ingest and every per-run output exists."""
+    """True when `entry` is the same file set as at its last ingest and every per-run output exists (a table
+    added since the run was analysed makes it due again)."""
     if not ingest_is_current(entry, warehouse):
         return False
-    outputs = [run_partition_dir(warehouse, t, entry.run_id) for t in FINAL_TABLES]
+    outputs = [run_partition_dir(warehouse, t, entry.run_id) for t in tables.per_run_tables()]
     report = Path(reports) / "runs" / f"{entry.run_id}.html"
     return all(p.is_dir() for p in outputs) and report.is_file()
 
