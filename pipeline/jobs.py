@@ -7,10 +7,10 @@ from pathlib import Path
 from dagster import Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
-from pipeline.assets import NIGHTLY_ASSETS, PER_RUN_ASSETS
 from pipeline.analysis import RunSelection, analyze_archive, entry_root, resolve_entry, verdict
-from pipeline.tables import MODEL
+from pipeline.assets import NIGHTLY_ASSETS, PER_RUN_ASSETS
 from pipeline.resources import ArchiveResource, ReportsResource, WarehouseResource
+from pipeline.tables import MODEL
 
 run_assets_job = define_asset_job(
     "run_assets_job",
