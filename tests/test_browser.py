@@ -40,6 +40,13 @@ def reports(tmp_path_factory):
     lake.write_run_table(warehouse, "step_metrics", "run-anomalous", pa.table({
         "step": pa.array(steps, pa.int64()), "key": ["val-core/lighteval/MATH/acc/mean@4"] * 3,
         "value": [0.31, 0.42, 0.40], "source": ["console"] * 3, "segment": pa.array([0] * 3, pa.int32())}))
+    lake.write_run_table(warehouse, "run_advice", "run-cuda-oom", pa.table({
+        "rank": pa.array([1, 2], pa.int64()),
+        "setting": ["actor_rollout_ref.rollout.gpu_memory_utilization", "actor_rollout_ref.rollout.max_num_batched_tokens"],
+        "current_value": ["0.6", "8192"], "suggested_value": ["0.5", "4096"],
+        "why": ["generation ran out of device memory: the rollout engine reserves this share of the GPU",
+                "fewer tokens per engine forward pass lowers the rollout's activation peak"],
+        "source": ["seed 000 §3.1; verl docs: vLLM/SGLang rollout memory", "seed 000 §4"]}))
     out = root / "reports"
     for run_id in ("run-cuda-oom", "run-anomalous", "run-hostile"):
         render_run_report(warehouse, run_id, out)
@@ -364,3 +371,24 @@ def test_an_old_fleet_is_dated_by_its_data_not_today(driver, reports, tmp_path):
     driver.get(page.resolve().as_uri())
     assert driver.find_element(By.TAG_NAME, "h1").text == "Fleet report · runs up to 2026-11-28"
     assert "2027-03-01" not in driver.title
+
+
+def test_the_change_to_try_is_on_screen_on_a_phone(driver, reports):
+    """At 400 px every field of each configuration change to try (setting, this run, try, why) lies inside
+    the screen, labelled, rather than in a column scrolled out of view."""
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.set_window_size(400, 900)
+        driver.get((reports / "runs" / "run-cuda-oom.html").resolve().as_uri())
+        cells = driver.find_elements(By.CSS_SELECTOR, "#run-advice td")
+        assert cells
+        width = driver.execute_script("return document.documentElement.clientWidth")
+        for cell in cells:
+            right = driver.execute_script("return arguments[0].getBoundingClientRect().right", cell)
+            assert right <= width + 1, (cell.get_attribute("data-label"), right, width)
+        label = driver.execute_script(
+            "return getComputedStyle(arguments[0], '::before').content", cells[1])
+        assert label == '"setting: "'
+    finally:
+        driver.set_window_size(1280, 900)
