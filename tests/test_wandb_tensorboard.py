@@ -234,3 +234,22 @@ def test_a_resumed_runs_later_event_file_wins(tmp_path):
     assert len(run.metrics) == 6  # one value per step
     assert values(run) == {(1, "critic/score/mean"): 0.25, (2, "critic/score/mean"): 0.25, (3, "critic/score/mean"): 0.25,
                            (4, "critic/score/mean"): 0.75, (5, "critic/score/mean"): 0.75, (6, "critic/score/mean"): 0.75}
+
+
+def test_simulated_wandb_runs_take_their_times_and_last_step_from_wandb(sim_fleet, tmp_path):
+    """Every W&B capture of the simulated fleet: its start, end and last step as the simulator's labels say."""
+    from pipeline.ingest import discover_runs, ingest_run
+
+    wandb_runs = {rid: lab for rid, lab in sim_fleet.labels["runs"].items() if lab["capture"] == "wandb"}
+    assert wandb_runs
+    for entry in discover_runs(sim_fleet.archive, quiet_period_s=0).entries:
+        if entry.run_id in wandb_runs:
+            ingest_run(entry, tmp_path / "wh")
+    con = duckdb.connect()
+    got = {r[0]: r[1:] for r in con.execute(
+        f"select run_id, first_ts, last_ts, final_step from {lake.table_source(tmp_path / 'wh', 'runs')}").fetchall()}
+    assert set(got) == set(wandb_runs)
+    for rid, lab in wandb_runs.items():
+        first, last, step = got[rid]
+        assert (first.replace(microsecond=0).isoformat(), last.replace(microsecond=0).isoformat(), step) == (
+            lab["first_ts"], lab["last_ts"], lab["last_step"]), rid
