@@ -30,7 +30,7 @@ tagged as (
         regexp_extract(text, '\[(?:prompt|response|ground_truth|score|acc|pred)\] (.*)$', 1) as first_text
     from candidate
 ),
-fields as (
+fields as materialized (
     -- a field runs to the next field of the same process (at most max_field_lines lines);
     -- a sample starts at each [prompt]
     select
@@ -41,19 +41,28 @@ fields as (
     cross join params as p
     window w as (partition by run_id, file, pid order by line_no)
 ),
+field_span as (
+    -- the lines a multi-line field may take, in buckets of 64 line numbers: the continuation lines are then
+    -- found by an equality join (a range join over every line of a long log pairs each with each field)
+    select f.run_id, f.file, f.pid, f.sample_in_process, f.field, f.line_no,
+           least(f.next_line_no, f.line_no + p.max_field_lines + 1) as end_line_no,
+           unnest(range(f.line_no // 64, least(f.next_line_no, f.line_no + p.max_field_lines + 1) // 64 + 1))
+               as bucket
+    from fields as f
+    cross join params as p
+    where f.field in ('prompt', 'response', 'ground_truth')
+),
 continued as (
     -- the continuation lines of multi-line fields: same file and process (the Ray prefix's pid; a line
     -- without one has none), not a progress bar, a step line or W&B's own output
     select f.run_id, f.file, f.pid, f.sample_in_process, f.field, l.line_no,
            regexp_replace(regexp_replace(l.text, '^\([^()]*pid=\d+[^()]*\) ?', ''),
                           '\s*\[repeated \d+x across cluster\]$', '') as body
-    from fields as f
-    cross join params as p
+    from field_span as f
     join log_lines as l
-      on l.run_id = f.run_id and l.file = f.file and l.pid is not distinct from f.pid
-     and l.line_no > f.line_no and l.line_no < least(f.next_line_no, f.line_no + p.max_field_lines + 1)
-    where list_contains($run_ids, l.run_id) and f.field in ('prompt', 'response', 'ground_truth')
-      and l.kind not in ('progress', 'step_metrics')
+      on l.run_id = f.run_id and l.file = f.file and l.line_no // 64 = f.bucket
+     and l.pid is not distinct from f.pid and l.line_no > f.line_no and l.line_no < f.end_line_no
+    where list_contains($run_ids, l.run_id) and l.kind not in ('progress', 'step_metrics')
 ),
 field_text as (
     select run_id, file, pid, sample_in_process, field, min(line_no) as line_no,
