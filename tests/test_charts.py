@@ -151,3 +151,10 @@ def test_fleet_charts_are_twice_the_pixels_with_their_values_in_words():
     assert chart.alt == "Runs per week (week: runs, failed or hung, median step): 11-02: 5, 1, 42 s; 11-09: 3, 0, –"
     shares = charts.share_bars([("qwen-7b grpo", {"gen": 0.5, "update_actor": 0.25})])
     assert shares.alt == "Phase shares per config group: qwen-7b grpo: gen 50%, update_actor 25%"
+
+
+def test_a_short_run_has_whole_step_labels():
+    steps = np.array([1.0, 2.0])
+    chart = charts.health_chart(steps, [charts.Panel("KL", [("ppo_kl", np.array([0.1, 0.2]))])], [], np.array([]))
+    (svg,) = _panels(chart).values()
+    assert [t.text for t in svg.iter("text") if t.get("text-anchor") == "middle"] == ["1", "2"]

@@ -290,7 +290,8 @@ def _x_axis(xs: _Scale, x0: float, x1: float, right: float) -> list[str]:
     """Vertical grid lines and step labels under the plot (on every panel)."""
     out = []
     for t in nice_ticks(x0, x1, 5):
-        if t < x0 - 1e-9 or t > x1 + 1e-9:
+        # steps are whole numbers: a short run gets no 1.5
+        if t < x0 - 1e-9 or t > x1 + 1e-9 or not float(t).is_integer():
             continue
         px = float(xs(t))
         out.append(f'<path class="g" d="M{px:.1f} {TOP}V{H - BOTTOM}"/>')
