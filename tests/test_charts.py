@@ -158,3 +158,8 @@ def test_a_short_run_has_whole_step_labels():
     chart = charts.health_chart(steps, [charts.Panel("KL", [("ppo_kl", np.array([0.1, 0.2]))])], [], np.array([]))
     (svg,) = _panels(chart).values()
     assert [t.text for t in svg.iter("text") if t.get("text-anchor") == "middle"] == ["1", "2"]
+
+
+def test_numbers_are_short():
+    assert [charts.fmt(v) for v in (7.5e-4, 0.07, 12.34, 150, 15_000, 2.5e6)] == [
+        "0.00075", "0.07", "12.3", "150", "15k", "2.5M"]

@@ -159,9 +159,7 @@ def fmt(v: float) -> str:
         return f"{v / 1e3:.3g}k"
     if a >= 100:
         return f"{v:.0f}"
-    if a == 0 or a >= 1e-3:
-        return f"{v:.3g}"
-    return f"{v:.2e}"
+    return f"{v:.3g}"
 
 
 def nice_ticks(lo: float, hi: float, n: int = 4) -> list[float]:
