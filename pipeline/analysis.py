@@ -186,10 +186,17 @@ def verdict(warehouse: str | Path, run_id: str) -> str:
 
 def persistent_instance(warehouse: str | Path) -> DagsterInstance:
     """The Dagster instance the command line records its runs in, so `make ui` shows them: $DAGSTER_HOME,
-    else `dagster/` beside the warehouse folder (data/dagster for data/warehouse)."""
+    else `dagster/` beside the warehouse folder (data/dagster for data/warehouse). Without a dagster.yaml
+    there, its event log is Dagster's SQLite one without a disk flush per event (pipeline.dagster_storage)."""
+    from dagster._core.instance.ref import InstanceRef
+
+    from pipeline.dagster_storage import event_log_override
+
     home = os.environ.get("DAGSTER_HOME") or str(Path(warehouse).resolve().parent / "dagster")
     Path(home).mkdir(parents=True, exist_ok=True)
-    return DagsterInstance.from_config(home)
+    if Path(home, "dagster.yaml").exists():
+        return DagsterInstance.from_config(home)
+    return DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=event_log_override(home)))
 
 
 def analyze_with_object_store(archive: str, warehouse: str, reports: str | Path, quiet_period_s: int = 0,
