@@ -162,26 +162,32 @@ def test_no_sideways_page_scroll_on_a_phone_or_a_laptop(driver, reports, page):
         driver.set_window_size(1280, 900)
 
 
-def test_dark_mode_darkens_the_page(driver, reports):
-    """Under prefers-color-scheme: dark the page background is dark and its text light."""
-    def colours():
-        driver.get((reports / "runs" / "run-cuda-oom.html").resolve().as_uri())
-        return driver.execute_script(
-            "const s = getComputedStyle(document.body); return [s.backgroundColor, s.color]")
+def _luminance(css: str) -> float:
+    r, g, b = (int(x) for x in css[css.index("(") + 1:css.index(")")].split(",")[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
-    def luminance(css: str) -> float:
-        r, g, b = (int(x) for x in css[css.index("(") + 1:css.index(")")].split(",")[:3])
-        return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
-    light_bg, light_ink = colours()
+def _light_and_dark(driver, page: Path, script: str):
+    """What `script` returns on `page` under the light scheme, then under prefers-color-scheme: dark."""
+    driver.get(page.resolve().as_uri())
+    light = driver.execute_script(script)
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
                            {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
     try:
-        dark_bg, dark_ink = colours()
+        driver.get(page.resolve().as_uri())
+        dark = driver.execute_script(script)
     finally:
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
-    assert luminance(light_bg) > 200 and luminance(light_ink) < 60
-    assert luminance(dark_bg) < 40 and luminance(dark_ink) > 180
+    return light, dark
+
+
+def test_dark_mode_darkens_the_page(driver, reports):
+    """Under prefers-color-scheme: dark the page background is dark and its text light."""
+    (light_bg, light_ink), (dark_bg, dark_ink) = _light_and_dark(
+        driver, reports / "runs" / "run-cuda-oom.html",
+        "const s = getComputedStyle(document.body); return [s.backgroundColor, s.color]")
+    assert _luminance(light_bg) > 200 and _luminance(light_ink) < 60
+    assert _luminance(dark_bg) < 40 and _luminance(dark_ink) > 180
 
 
 def test_charts_hold_twice_the_pixels_they_are_drawn_at(driver, reports):
@@ -291,26 +297,13 @@ def test_chart_values_show_on_hover(driver, reports):
 
 def test_charts_follow_dark_mode(driver, reports):
     """The run report's curves and chart text change colour under prefers-color-scheme: dark."""
-    def colours():
-        driver.get((reports / "runs" / "run-anomalous.html").resolve().as_uri())
-        return driver.execute_script(
-            "const c = document.querySelector('[data-chart=health] path.l.s0');"
-            "const t = document.querySelector('[data-chart=health] text');"
-            "return [getComputedStyle(c).stroke, getComputedStyle(t).fill]")
-
-    def luminance(css: str) -> float:
-        r, g, b = (int(x) for x in css[css.index("(") + 1:css.index(")")].split(",")[:3])
-        return 0.2126 * r + 0.7152 * g + 0.0722 * b
-
-    light_curve, light_text = colours()
-    driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
-                           {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
-    try:
-        dark_curve, dark_text = colours()
-    finally:
-        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    (light_curve, light_text), (dark_curve, dark_text) = _light_and_dark(
+        driver, reports / "runs" / "run-anomalous.html",
+        "const c = document.querySelector('[data-chart=health] path.l.s0');"
+        "const t = document.querySelector('[data-chart=health] text');"
+        "return [getComputedStyle(c).stroke, getComputedStyle(t).fill]")
     assert light_curve != dark_curve
-    assert luminance(light_text) < 100 and luminance(dark_text) > 180
+    assert _luminance(light_text) < 100 and _luminance(dark_text) > 180
 
 
 @pytest.fixture(scope="module")
