@@ -164,3 +164,22 @@ def test_a_run_without_printouts_has_no_samples_section(warehouse, tmp_path):
     derive.derive_run_tables(wh, ["quiet"])
     doc = _page(wh, "quiet", tmp_path / "r")
     assert not doc.find_all("details", cls="sample") and not doc.find_all("h2", id_="samples")
+
+
+def test_samples_around_an_anomaly_episode_come_first(warehouse, monkeypatch):
+    """With room for two, the report keeps the two samples within two steps of the episode (steps 5-6)."""
+    from types import SimpleNamespace
+
+    from pipeline.report import samples
+
+    episode = SimpleNamespace(first_step=5, last_step=6, anomaly_class="kl_spike")
+    con = connect(warehouse)
+    try:
+        every = samples.load_samples(con, "small_samples", [episode])
+        monkeypatch.setattr(samples, "MAX_SHOWN", 2)
+        two = samples.load_samples(con, "small_samples", [episode])
+    finally:
+        con.close()
+    assert [(s.step, s.episode) for s in every.shown] == [
+        (1, None), (1, None), (2, None), (2, None), (3, "kl_spike"), (3, "kl_spike")]
+    assert [(s.step, s.score) for s in two.shown] == [(3, 1.0), (3, 0.0)] and two.printed == 8
