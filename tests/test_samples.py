@@ -183,3 +183,21 @@ def test_samples_around_an_anomaly_episode_come_first(warehouse, monkeypatch):
     assert [(s.step, s.episode) for s in every.shown] == [
         (1, None), (1, None), (2, None), (2, None), (3, "kl_spike"), (3, "kl_spike")]
     assert [(s.step, s.score) for s in two.shown] == [(3, 1.0), (3, 0.0)] and two.printed == 8
+
+
+def test_a_response_with_markup_is_shown_as_text(tmp_path):
+    from pipeline.ingest import discover_runs, ingest_run
+
+    hostile = "<script>alert('pwned')</script><img src=x onerror=alert(1)>"
+    archive = tmp_path / "a"
+    archive.mkdir()
+    (archive / "hostile_sample.log").write_text("\n".join([
+        R + "[prompt] user", R + "Say hi", R + "[response] " + hostile, R + "[ground_truth] hi", R + "[score] 1.0",
+        R + "step:1 - critic/score/mean:1.000"]) + "\n")
+    for entry in discover_runs(archive, quiet_period_s=0, now=time.time() + 10**7).entries:
+        ingest_run(entry, tmp_path / "wh")
+    derive.derive_run_tables(tmp_path / "wh", ["hostile_sample"])
+    doc = _page(tmp_path / "wh", "hostile_sample", tmp_path / "r")
+    (sample,) = doc.find_all("details", cls="sample")
+    assert sample.find("pre", cls="response").text() == hostile
+    assert not sample.find_all("script") and not sample.find_all("img")
