@@ -125,12 +125,15 @@ def build_fleet(cache: Path, total_gb: float, big_gb: float) -> Path:
 
 def measure(cmd: list[str]) -> dict:
     """Run `cmd`; its wall time, CPU time and peak RSS (MB)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    out = proc.stdout.read().decode()
-    err = proc.stderr.read().decode()
+    # output goes to files: a pipe nobody reads until the end would stall a chatty command once full
+    with tempfile.TemporaryFile() as out_fh, tempfile.TemporaryFile() as err_fh:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out_fh, stderr=err_fh, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        out_fh.seek(0)
+        err_fh.seek(0)
+        out, err = out_fh.read().decode(), err_fh.read().decode()
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{cmd[:3]} failed: {err[-2000:]}")
     return {

@@ -17,6 +17,7 @@ Usage: python benchmarks/bench_real.py [--cache DIR] [--big-mb 300] [--copies 10
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -72,6 +73,7 @@ def scenario(name: str, archive: Path, scratch: Path) -> dict:
     """analyze, the hand-written parse and DuckDB's read of the same files, with their ratios."""
     files = [str(p) for p in sorted(archive.glob("*.log"))]
     size_mb = sum(Path(f).stat().st_size for f in files) / 2**20
+    load_before = os.getloadavg()[0]
     ours = measure([str(REPO / ".venv" / "bin" / "verl-health"), "analyze", str(archive),
                     "--warehouse", str(scratch / f"{name}-wh"), "--reports", str(scratch / f"{name}-rep")])
     hand = measure([PY, str(REPO / "benchmarks" / "baseline_handwritten.py"), str(scratch / f"{name}-csv"), *files])
@@ -83,6 +85,8 @@ def scenario(name: str, archive: Path, scratch: Path) -> dict:
         row[f"{label} MB RSS"] = round(m["rss_mb"])
     row["analyze speed vs hand-written"] = round(hand["wall"] / ours["wall"], 2)
     row["analyze time over duckdb read"] = round(ours["wall"] / duck["wall"], 1)
+    # the machine may be shared: the ratios are measured under the same load, the seconds are not comparable
+    row["load average (1 min) before / after"] = f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"
     return row
 
 
