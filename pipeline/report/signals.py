@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 
-from pipeline.report.warehouse import clean, columns, rows
+from pipeline.report.warehouse import clean, columns, rows, table_rows
 
 # (table, column or verl key, label, verl's name, higher is better): step_health keeps every verl key in a map
 SIGNALS = (
@@ -78,7 +78,6 @@ def earlier_peers(con: duckdb.DuckDBPyConnection, run_id: str) -> Peers:
     """The runs of this run's config group that ended before it, newest first (from run_baselines); when
     there are none, those of its model setup, whose per-GPU and per-token figures still compare."""
     have = set(columns(con, "run_baselines"))
-    name = None
     for column, scope in SCOPES:
         if column not in have:
             continue
@@ -89,10 +88,8 @@ def earlier_peers(con: duckdb.DuckDBPyConnection, run_id: str) -> Peers:
                      {"run_id": run_id, "n": MAX_EARLIER})
         if found:
             return Peers(scope, found[0]["name"], [r["run_id"] for r in found])
-    if "config_group" in have:
-        name = next((r["config_group"] for r in rows(
-            con, "select config_group from run_baselines where run_id = $run_id", {"run_id": run_id})), None)
-    return Peers(SCOPES[0][1], name, [])
+    group = table_rows(con, "run_baselines", "run_id = $run_id", {"run_id": run_id}) if "config_group" in have else []
+    return Peers(SCOPES[0][1], group[0]["config_group"] if group else None, [])
 
 
 def _medians(con: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> dict[str, dict[str, Any]]:
