@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from pipeline.ingest.lines import ANSI_RE, _has_crlf, _strip_ansi, split_once
-from pipeline.ingest.run import run_maxima
+from pipeline.ingest.memory import run_maxima
 
 TRICKY = ["", ":", "::", "a", "a:b", "a:b:c", "é:ü:1.5", "key: 1.0", ":tail", "head:", None]
 TRICKY += ["np.float64(1.5)", "(("]

@@ -10,7 +10,6 @@ new file. Memory stays flat whatever the log size.
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import tempfile
 import traceback
@@ -21,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,8 +29,6 @@ from pipeline.incremental import INGEST_VERSION
 from pipeline.lake import RunBatchWriter, run_partition_dir, swap_into_place, write_run_table
 
 from .config import (
-    INT_FIELDS,
-    STRING_FIELDS,
     TOTAL_STEPS,
     WANDB_CONFIG,
     WANDB_CONFIG_MAX_BYTES,
@@ -53,15 +49,17 @@ from .lines import (
     iter_raw_blocks,
     unclassified,
 )
+from .memory import block_maxima, memory_table
+from .problems import LineProblems
 from .readers import IngestLimits, iter_files
+from .reconcile import write_reconciled
 from .roles import role_of
+from .schemas import LOG_LINES_SCHEMA, RUNS_SCHEMA, STEP_METRICS_SCHEMA
+from .segments import FileState, line_context
 from .steps import (
-    MEMORY_KEYS,
     SOURCE_NAMES,
     SRC_JSONL,
-    SRC_MEMORY,
     SRC_SEED_TIMING,
-    MemoryRows,
     StepRows,
     parse_memory_lines,
     parse_step_lines,
@@ -70,82 +68,10 @@ from .tensorboard import SOURCE as TENSORBOARD
 from .tensorboard import is_event_file, read_scalars
 from .wandb_run import MAX_BYTES as WANDB_SIDE_MAX_BYTES
 from .wandb_run import RECORDS as WANDB_RECORDS
-from .wandb_run import RUN_FIELDS as WANDB_RUN_FIELDS
 from .wandb_run import WandbFiles
 
-LOG_LINES_SCHEMA = pa.schema(
-    [
-        ("file", pa.string()),
-        ("line_no", pa.int64()),
-        ("text", pa.string()),
-        ("kind", pa.string()),
-        ("component", pa.string()),
-        ("pid", pa.int64()),
-        ("segment", pa.int32()),
-        ("step", pa.int64()),
-        ("phase_hint", pa.string()),
-        ("ts", pa.timestamp("us")),
-    ]
-)
-STEP_METRICS_SCHEMA = pa.schema(
-    [
-        ("step", pa.int64()),
-        ("key", pa.string()),
-        ("value", pa.float64()),
-        ("source", pa.string()),
-        ("segment", pa.int32()),
-        ("file", pa.string()),
-        ("line_no", pa.int64()),
-    ]
-)
-RUNS_SCHEMA = pa.schema(
-    [
-        ("source_path", pa.string()),
-        ("archive_form", pa.string()),
-        ("n_files", pa.int64()),
-        ("n_lines", pa.int64()),
-        ("n_bytes", pa.int64()),
-        ("n_lines_read", pa.int64()),
-        ("n_undecodable_lines", pa.int64()),
-        ("n_step_lines", pa.int64()),
-        ("n_steps", pa.int64()),
-        ("n_metric_values", pa.int64()),
-        ("n_parse_failures", pa.int64()),
-        ("n_segments", pa.int32()),
-        ("problems", pa.list_(pa.string())),
-        ("first_ts", pa.timestamp("us")),
-        ("last_ts", pa.timestamp("us")),
-        ("mtime", pa.timestamp("us")),
-        ("ingested_at", pa.timestamp("us")),
-    ]
-    + [(k, pa.string()) for k in STRING_FIELDS]
-    + [(k, pa.int64()) for k in INT_FIELDS]
-    + [("gpu_memory_utilization", pa.float64()), ("actor_lr", pa.float64())]
-    + [("config_json", pa.string()), ("verl_format", pa.string()), ("ingest_version", pa.int32())]
-    + list(WANDB_RUN_FIELDS)
-    + [("file_roles", pa.list_(pa.struct([("file", pa.string()), ("role", pa.string())])))]
-)
 KIND_NAMES = pa.array(KINDS, pa.string())
-SOURCE_RANK = "case source when 'console' then 0 when 'seed_kv' then 1 when 'seed_timing' then 1 else 2 end"
-# One value per (step, key): the later segment wins, then console over the seed formats over JSONL,
-# then the later line. JSONL rows carry segment -1: the file logger is truncated at every start-up,
-# so what it holds belongs to the last segment.
-RECONCILE_SQL = f"""
-with raw as (select * from read_parquet($path)),
-last_segment as (select coalesce(max(segment), 0) as s from raw),
-fixed as (
-    select * replace (case when segment < 0 then (select s from last_segment) else segment end as segment)
-    from raw
-)
-select step, key, value, source, segment::integer as segment, file, line_no
-from fixed
-qualify row_number() over (
-    partition by step, key order by segment desc, {SOURCE_RANK} asc, file desc, line_no desc
-) = 1
-order by step, key
-"""
 SOURCES = pa.array(SOURCE_NAMES, pa.string())
-MEMORY_KEY_NAMES = pa.array(MEMORY_KEYS, pa.string())
 
 
 @dataclass
@@ -159,21 +85,6 @@ class IngestResult:
     n_parse_failures: int
     problems: list[str]
     paths: dict[str, Path] = field(default_factory=dict)
-
-
-@dataclass
-class FileState:
-    """Context carried from block to block within one file."""
-
-    segment: int = 0
-    started: bool = False
-    steps_since_start: bool = False
-    last_step: int | None = None
-    collector: ConfigCollector | None = None
-
-    def context(self) -> int:
-        """The step in progress."""
-        return 0 if self.last_step is None else self.last_step + 1
 
 
 @dataclass
@@ -234,35 +145,6 @@ def _counted(chunks: Iterator[bytes], totals: RunTotals) -> Iterator[bytes]:
         yield chunk
     if last != b"\n":
         totals.n_raw_lines += 1
-
-
-class LineProblems:
-    """Problems of single lines, summarised per file and kind: a count and the first few line numbers
-    (a 300 MB log can have thousands of the same wrapped-line notice)."""
-
-    SHOWN = 5
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[str, str], list] = {}
-
-    def add(self, file: str, line_no: int, message: str) -> None:
-        """Count one line's problem; its kind is the message up to its first colon."""
-        kind = message.split(":", 1)[0]
-        entry = self._seen.setdefault((file, kind), [0, [], message])
-        entry[0] += 1
-        if len(entry[1]) < self.SHOWN:
-            entry[1].append(line_no)
-
-    def summary(self) -> list[str]:
-        """One line per file and kind: `file:first_line: message` alone, or the kind with its count and lines."""
-        out = []
-        for (file, kind), (count, lines, first_message) in self._seen.items():
-            if count == 1:
-                out.append(f"{file}:{lines[0]}: {first_message}")
-            else:
-                more = ", ..." if count > len(lines) else ""
-                out.append(f"{file}: {kind}: {count} lines (at lines {', '.join(map(str, lines))}{more})")
-        return out
 
 
 class _RunIngest:
@@ -381,7 +263,7 @@ class _RunIngest:
         text, n = lines.text, len(lines.text)
         kind = cls.kind
         self._config_lines(text, kind, cls.config_open, state)
-        seg, ctx = self._context(n, cls, rows, state)
+        seg, ctx = line_context(n, cls, rows, state)
         t = self.totals
         t.n_lines += n
         t.n_undecodable += lines.n_undecodable
@@ -472,45 +354,9 @@ class _RunIngest:
             self.problems.append(why)
         self.totals.config = self.wandb_config
 
-    def _context(
-        self, n: int, cls: Classified, rows: StepRows, state: FileState
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Segment and step in progress of every line (start-ups open segments; step lines move the step)."""
-        events = [(int(i), 0, 0) for i in np.flatnonzero(cls.config_open)]
-        events += [(int(i), 1, 0) for i in np.flatnonzero(cls.resume_marker)]
-        events += [(i, 2, s) for i, s in rows.events]
-        events.sort()
-        seg0, ctx0 = state.segment, state.context()
-        pos, segs, ctxs, own = [], [], [], []
-        for i, typ, s in events:
-            if typ == 0:
-                if state.started or state.last_step is not None:
-                    state.segment += 1
-                state.started, state.steps_since_start, state.last_step = True, False, None
-            elif typ == 1:
-                if state.steps_since_start:
-                    state.segment += 1
-                    state.started, state.steps_since_start, state.last_step = True, False, None
-            else:
-                if state.last_step is not None and s < state.last_step:
-                    state.segment += 1
-                state.last_step, state.steps_since_start = s, True
-                own.append((i, s))
-            pos.append(i)
-            segs.append(state.segment)
-            ctxs.append(state.context())
-        if not pos:
-            return np.full(n, seg0, dtype=np.int32), np.full(n, ctx0, dtype=np.int64)
-        j = np.searchsorted(np.array(pos), np.arange(n), side="right") - 1
-        seg = np.where(j >= 0, np.array(segs, dtype=np.int32)[j], seg0).astype(np.int32)
-        ctx = np.where(j >= 0, np.array(ctxs, dtype=np.int64)[j], ctx0).astype(np.int64)
-        for i, s in own:
-            ctx[i] = s
-        return seg, ctx
-
     def _write_rows(self, rows: StepRows, seg: np.ndarray, ctx: np.ndarray, name: str, first: int) -> None:
         for memory in rows.memory:
-            self._add_memory(memory, seg, ctx, name, first)
+            self.memory.append(block_maxima(memory, seg, ctx, name, first))
         table = rows.table()
         if table.num_rows == 0:
             return
@@ -543,52 +389,12 @@ class _RunIngest:
         self.n_raw_rows += n
         self.steps.update(pc.unique(out.column("step")).to_pylist())
 
-    def _add_memory(self, memory: MemoryRows, seg: np.ndarray, ctx: np.ndarray, name: str, first: int) -> None:
-        """Keep the largest value of each run of rows of one (segment, step, key) in this block, with its
-        earliest line. Few rows per step are left for `_memory_table`, which reduces them exactly."""
-        step, segment = ctx[memory.line_idx], seg[memory.line_idx]
-        at, best, line = run_maxima([memory.key, segment, step], memory.value, memory.line_idx + first)
-        self.memory.append(
-            pa.table(
-                {
-                    "segment": pa.array(segment[at], pa.int32()),
-                    "step": pa.array(step[at], pa.int64()),
-                    "key": MEMORY_KEY_NAMES.take(pa.array(memory.key[at])),
-                    "value": pa.array(best, pa.float64()),
-                    "file": pa.array([name] * len(at), pa.string()),
-                    "line_no": pa.array(line, pa.int64()),
-                }
-            )
-        )
-
-    def _memory_table(self) -> pa.Table:
-        """The memory values of the steps: the largest, the later segment winning."""
-        if not self.memory:
-            return STEP_METRICS_SCHEMA.empty_table()
-        t = _largest(pa.concat_tables(self.memory))
-        t = t.sort_by([("step", "ascending"), ("key", "ascending"), ("segment", "descending")])
-        first = t.group_by(["step", "key"], use_threads=False).aggregate(
-            [(c, "first") for c in ("value", "segment", "file", "line_no")]
-        )
-        n = first.num_rows
-        return pa.table(
-            {
-                "step": first.column("step"),
-                "key": first.column("key"),
-                "value": first.column("value_first"),
-                "source": pa.array([SOURCE_NAMES[SRC_MEMORY]] * n, pa.string()),
-                "segment": first.column("segment_first"),
-                "file": first.column("file_first"),
-                "line_no": first.column("line_no_first"),
-            }
-        ).cast(STEP_METRICS_SCHEMA)
-
     def reconcile(self, warehouse: Path) -> tuple[Path, int, int]:
         """Keep one value per (step, key) and write `step_metrics`; returns (path, n_steps, n_values).
 
         Without a (step, key) that can occur twice, the rows already written are moved into place.
         """
-        memory = self._memory_table()
+        memory = memory_table(self.memory)
         self.steps.update(pc.unique(memory.column("step")).to_pylist())
         if not self.needs_reconcile:
             if memory.num_rows:
@@ -598,60 +404,8 @@ class _RunIngest:
             swap_into_place(self.raw_path.parent, final)
             return final, len(self.steps), self.n_raw_rows + memory.num_rows
         self.raw_writer.close()
-        con = duckdb.connect(config={
-            "memory_limit": "256MB", "threads": 2, "preserve_insertion_order": True,
-            "temp_directory": str(self.raw_path.parent.parent),
-        })
-        con.execute("set enable_progress_bar=false")
-        counted = [0]
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            source = con.sql(RECONCILE_SQL, params={"path": str(self.raw_path)}).to_arrow_reader(65536)
-            for batch in itertools.chain(source, memory.to_batches()):
-                counted[0] += batch.num_rows
-                yield batch
-
-        try:
-            path = write_run_table(
-                warehouse, "step_metrics", self.entry.run_id, batches(), STEP_METRICS_SCHEMA
-            )
-        finally:
-            con.close()
-        return path, len(self.steps), counted[0]
-
-
-def run_maxima(
-    keys: list[np.ndarray], value: np.ndarray, line_no: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Over each run of adjacent rows with equal `keys`: its first row, largest value, and the smallest
-    line number holding that value. One pass of numpy, no sort: memory lines arrive in line order,
-    so one (segment, step, key) is usually one run.
-    """
-    change = np.zeros(len(value), dtype=bool)
-    change[:1] = True
-    for k in keys:
-        change[1:] |= k[1:] != k[:-1]
-    first = np.flatnonzero(change)
-    best = np.maximum.reduceat(value, first)
-    at_best = np.where(value == best[np.cumsum(change) - 1], line_no, np.iinfo(np.int64).max)
-    return first, best, np.minimum.reduceat(at_best, first)
-
-
-def _largest(t: pa.Table) -> pa.Table:
-    """One row per (segment, step, key): the one with the largest value (the earliest line on ties)."""
-    t = t.sort_by(
-        [
-            ("segment", "ascending"),
-            ("step", "ascending"),
-            ("key", "ascending"),
-            ("value", "descending"),
-            ("line_no", "ascending"),
-        ]
-    )
-    g = t.group_by(["segment", "step", "key"], use_threads=False).aggregate(
-        [(c, "first") for c in ("value", "file", "line_no")]
-    )
-    return g.rename_columns(["segment", "step", "key", "value", "file", "line_no"])
+        path, n_values = write_reconciled(warehouse, self.entry.run_id, self.raw_path, memory)
+        return path, len(self.steps), n_values
 
 
 def _verl_format(t: RunTotals) -> str:
