@@ -137,3 +137,14 @@ def test_different_faults_stay_apart_and_ray_repeat_notes_are_dropped():
     got = mine_templates(lines)
     assert got[0] == got[1] == "Failed to connect to the metrics exporter at port <*>"
     assert got[2] == "Checkpoint upload to bucket refused: quota exceeded for project p-<*>"
+
+
+def test_a_warehouse_without_run_events_has_no_templates(tmp_path):
+    """Fleet tables only (as bench_report builds them): no lines, so no template and no new signature."""
+    from report_fixtures import RunSpec, write_run
+
+    write_run(tmp_path, RunSpec(run_id="only-summary", failure_class="cuda_oom", n_steps=5, with_logs=False),
+              only=("runs", "run_summary"))
+    assert derive.derive_fleet_table(tmp_path, "error_templates") == 0
+    assert new_signatures(tmp_path, date(2026, 11, 30)) == []
+    assert unknown_templates_of_run(tmp_path, "only-summary") == []
