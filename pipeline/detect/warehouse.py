@@ -106,31 +106,42 @@ def fit_anomaly_model(warehouse: str | Path, config: AnomalyModelConfig | None =
     path.parent.mkdir(parents=True, exist_ok=True)
     joblib.dump(fitted, path)
     run_ids = sorted(phases["run_id"].unique())
+    training = {
+        "n_runs": len(run_ids),
+        "n_steps": int(len(features)),
+        "runs": run_ids,
+        "steps": [int(phases["step"].min()), int(phases["step"].max())],
+        "dates": _date_range(runs_df),
+    }
+    meta = _description(path, fitted, config, training, time.time() - started)
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return ModelInfo(path, meta_path, len(run_ids), int(len(features)), fitted.features, MODEL_VERSION, meta)
+
+
+def _date_range(runs: pd.DataFrame | None) -> dict:
+    """The earliest and latest first_ts, last_ts and mtime of the training runs (those known)."""
     dates = {}
     for col in ("first_ts", "last_ts", "mtime"):
-        if runs_df is not None and col in runs_df and runs_df[col].notna().any():
-            dates[col] = [str(runs_df[col].min()), str(runs_df[col].max())]
-    meta = {
+        if runs is not None and col in runs and runs[col].notna().any():
+            dates[col] = [str(runs[col].min()), str(runs[col].max())]
+    return dates
+
+
+def _description(path: Path, fitted: FittedModel, config: AnomalyModelConfig, training: dict, seconds: float) -> dict:
+    """The model's JSON description: version, fingerprint of the saved file, when and how it was fitted."""
+    return {
         "model_version": MODEL_VERSION,
         "fingerprint": hashlib.sha256(path.read_bytes()).hexdigest()[:16],
         "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "fitted_at_unix": round(time.time(), 3),
-        "fit_seconds": round(time.time() - started, 2),
+        "fit_seconds": round(seconds, 2),
         "sklearn_version": sklearn.__version__,
         "settings": asdict(config),
         "features": list(fitted.features),
         "gate_score": fitted.gate,
         "typical_score": fitted.typical_score,
-        "training": {
-            "n_runs": len(run_ids),
-            "n_steps": int(len(features)),
-            "runs": run_ids,
-            "steps": [int(phases["step"].min()), int(phases["step"].max())],
-            "dates": dates,
-        },
+        "training": training,
     }
-    meta_path.write_text(json.dumps(meta, indent=2))
-    return ModelInfo(path, meta_path, len(run_ids), int(len(features)), fitted.features, MODEL_VERSION, meta)
 
 
 def load_model(warehouse: str | Path) -> FittedModel | None:
