@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 # Dagster's run tags that select a range of partitions (plain strings, as its docs give them)
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
+# The instance file the command line opens when its Dagster home has no dagster.yaml
+CLI_INSTANCE_FILE = "verl-health-cli.yaml"
 
 @dataclass
 class RunSelection:
@@ -188,15 +191,20 @@ def persistent_instance(warehouse: str | Path) -> DagsterInstance:
     """The Dagster instance the command line records its runs in, so `make ui` shows them: $DAGSTER_HOME,
     else `dagster/` beside the warehouse folder (data/dagster for data/warehouse). Without a dagster.yaml
     there, its event log is Dagster's SQLite one without a disk flush per event (pipeline.dagster_storage)."""
-    from dagster._core.instance.ref import InstanceRef
-
     from pipeline.dagster_storage import event_log_override
 
     home = os.environ.get("DAGSTER_HOME") or str(Path(warehouse).resolve().parent / "dagster")
     Path(home).mkdir(parents=True, exist_ok=True)
     if Path(home, "dagster.yaml").exists():
         return DagsterInstance.from_config(home)
-    return DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=event_log_override(home)))
+    # the override as an instance file of its own (JSON is YAML), so `make ui` keeps Dagster's own storage
+    config = Path(home, CLI_INSTANCE_FILE)
+    text = json.dumps(event_log_override(home), indent=2)
+    if not config.is_file() or config.read_text() != text:
+        tmp = config.with_name(f".{config.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, config)
+    return DagsterInstance.from_config(home, config_filename=CLI_INSTANCE_FILE)
 
 
 def analyze_with_object_store(archive: str, warehouse: str, reports: str | Path, quiet_period_s: int = 0,
