@@ -99,7 +99,7 @@ def generate_run(spec: RunSpec) -> RunTrace:
     score = np.clip(r0 + (r1 - r0) * (1 - np.exp(-4 * f)) + rng.normal(0, 0.025, n), 0.0, 1.0)
     m, mag = episode("reward_collapse")
     score = np.where(m, score * mag, score)
-    resp0 = spec.max_response_length * rng.uniform(0.15, 0.4)
+    resp0 = spec.max_response_length * spec.response_fraction * rng.lognormal(0, 0.05)
     resp = resp0 * (1 + 0.25 * f) * tex["length_growth"] * noise(0.04)
     m, mag = episode("response_length_collapse")
     resp = np.where(m, resp * mag, resp)
@@ -269,7 +269,9 @@ def _val_value(key: str, base: np.ndarray, rng: np.random.Generator) -> np.ndarr
 
 def _timings(spec: RunSpec, rng: np.random.Generator, n: int, resp_tokens: np.ndarray, typical_tokens: float,
              episode) -> dict:
-    c_gen = rng.uniform(4e-5, 2e-4) * 8 / spec.world_size * max(spec.model_b, 1.0) ** 0.5
+    # the recipe's pace, a few percent apart from run to run (other nodes, other data order)
+    c_gen = spec.gen_cost * rng.lognormal(0, 0.04) * spec.slowdown
+    c_gen *= 8 / spec.world_size * max(spec.model_b, 1.0) ** 0.5
     gen_level = typical_tokens * c_gen
     share = {"old_log_prob": (0.06, 0.12), "ref": (0.06, 0.12), "values": (0.06, 0.1),
              "update_critic": (0.15, 0.25), "update_actor": (0.2, 0.35)}
@@ -308,7 +310,7 @@ def _texture(spec: RunSpec, n: int, f: np.ndarray) -> dict:
         "grad_spread": spread,
         "pg_loss": loss_scale * t() + drift,
         "entropy_trend": (1 - rng.uniform(0.15, 0.6) * f) / (1 - 0.35 * f),
-        "length_growth": 1 + rng.uniform(-0.1, 0.8) * f,
+        "length_growth": 1 + spec.length_growth * f,
         "critic_tail": (1 + rng.uniform(0, 8) * np.exp(-20 * f)) * np.exp(0.3 * t()),
     }
 

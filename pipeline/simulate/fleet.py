@@ -14,11 +14,14 @@ from .archive import finish_entry
 from .driver_log import write_train_log
 from .dynamics import generate_run
 from .jsonl_log import jsonl_segment, write_jsonl
+from .recipes import Recipe, fleet_recipes
 from .spec import RunSpec, draw_spec
 from .vocab import ANOMALY_CLASSES, FAILURE_CLASSES
 from .wandb_files import write_wandb_files
 
 GENERATOR = "verl-health simulate 1"
+# earlier runs of its recipe a run needs before a slowdown is planted in it
+SLOW_PRIOR_RUNS = 2
 
 
 # The failure classes the non-healthy runs cycle through: every class early on, then the new
@@ -50,19 +53,44 @@ def plan_fleet(runs: int, seed: int) -> list[tuple[str, list[str], int]]:
 
 
 def make_spec(seed: int, index: int, failure_class: str, anomalies: list[str], steps_scale: float = 1.0,
-              chatter: int = 0, variant: int = 0) -> RunSpec:
-    """The spec of run `index` of a fleet with `seed` (same arguments, same run)."""
+              chatter: int = 0, variant: int = 0, recipe: Recipe | None = None) -> RunSpec:
+    """The spec of run `index` of a fleet with `seed`, drawn from `recipe` (None: a one-off recipe of its
+    own); same arguments, same run."""
     rng = np.random.default_rng([seed, index + 1])
     spec = draw_spec(rng, index, failure_class, anomalies, steps_scale, seed=int(rng.integers(2**62)),
-                     variant=variant)
+                     variant=variant, recipe=recipe)
     spec.chatter = chatter
     return spec
 
 
 def fleet_specs(runs: int, seed: int, steps_scale: float = 1.0, chatter: int = 0) -> list[RunSpec]:
     """The specs of every run of the fleet `simulate_fleet` writes for these arguments."""
-    return [make_spec(seed, index, failure_class, anomalies, steps_scale, chatter, variant)
-            for index, (failure_class, anomalies, variant) in enumerate(plan_fleet(runs, seed))]
+    recipes, own = fleet_recipes(runs, seed)
+    specs = [make_spec(seed, index, failure_class, anomalies, steps_scale, chatter, variant, recipes[own[index]])
+             for index, (failure_class, anomalies, variant) in enumerate(plan_fleet(runs, seed))]
+    plant_slowdowns(specs, seed)
+    return specs
+
+
+def plant_slowdowns(specs: list[RunSpec], seed: int) -> None:
+    """Make about one run in 25 (at least one when any qualifies) run 1.6-2.4x slower per step than its
+    recipe's pace, as a slower node or a performance regression in a new verl build would.
+
+    Only a completed run with step lines qualifies, and only when at least `SLOW_PRIOR_RUNS` runs of its
+    recipe that log steps started a day or more before it, so it has a baseline to be measured against.
+    """
+    rng = np.random.default_rng([seed, 2])
+    logged = [s for s in specs if s.step_lines and s.last_step > 0]
+    candidates = [s for s in specs if s.failure_class == "completed" and s.step_lines
+                  and sum(p.recipe == s.recipe and p.start_ts < s.start_ts - 86_400 for p in logged) >= SLOW_PRIOR_RUNS]
+    rng.shuffle(candidates)
+    recipes: set[str] = set()
+    for spec in candidates:
+        if len(recipes) >= max(1, len(specs) // 25):
+            break
+        if spec.recipe not in recipes:
+            recipes.add(spec.recipe)
+            spec.slowdown = float(rng.uniform(1.6, 2.4))
 
 
 def write_run(spec: RunSpec, archive_dir: Path) -> dict:
@@ -166,6 +194,8 @@ def _labels(spec, trace, failure, entry, log_name, jsonl_file, worker_files, con
         "gpu_memory_utilization": spec.gpu_memory_utilization,
         "actor_lr": spec.lr,
         "use_kl_loss": spec.use_kl_loss,
+        "recipe": spec.recipe,
+        "slowdown": round(spec.slowdown, 4),
     }
 
 

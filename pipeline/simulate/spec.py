@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .vocab import ARCHIVE_FORMS, DATASETS, FORMATS, HANG_EVIDENCE, MODELS, PHASE_HEADS
+from .recipes import Recipe, draw_recipe
+from .vocab import ARCHIVE_FORMS, HANG_EVIDENCE, PHASE_HEADS
 
 # Phases a run of each class can end in (startup = before the first step; None = between two steps).
 CRASH_PHASES = {
@@ -124,6 +125,11 @@ class RunSpec:
     buffered_steps: int = 0  # step lines the TaskRunner's stdout buffer flushes after a Ctrl-C traceback
     step_lines: bool = True  # the console logger is on (trainer.logger=['wandb'] prints no step lines)
     capture: str = "tee"  # "tee": the driver console; "wandb": the TaskRunner's wandb files/output.log
+    recipe: str = ""  # the launch recipe the run was drawn from (recipes.py)
+    gen_cost: float = 1e-4  # the recipe's seconds per generated token on 8 GPUs for a 1B model
+    response_fraction: float = 0.25  # the recipe's typical first responses, share of max_response_length
+    length_growth: float = 0.3  # the recipe's response lengthening by the end of training (share)
+    slowdown: float = 1.0  # planted: every step of the run this many times slower than its recipe's pace
 
     @property
     def last_step(self) -> int:
@@ -154,40 +160,25 @@ class RunSpec:
 
 
 def draw_spec(rng: np.random.Generator, index: int, failure_class: str, anomalies: list[str],
-              steps_scale: float, seed: int, variant: int = 0) -> RunSpec:
-    """Draw a realistic config for run `index`, then place its ending and anomaly episodes.
+              steps_scale: float, seed: int, variant: int = 0, recipe: Recipe | None = None) -> RunSpec:
+    """Draw run `index` of `recipe` (a one-off recipe drawn here if None), then place its ending and
+    anomaly episodes.
 
     `variant` counts the earlier runs of the same class in the fleet: it cycles each class through
     its kinds (stop reasons, hang evidence, start-up rendezvous, crashes inside step 1, wandb captures).
     """
-    fmt = str(rng.choice(FORMATS, p=[0.45, 0.3, 0.25]))
-    algo = "gae" if rng.random() < 0.3 else "grpo"
-    model = MODELS[int(rng.integers(len(MODELS)))]
-    dataset = DATASETS[int(rng.integers(len(DATASETS)))]
-    rollout = "sglang" if fmt == "np2" and rng.random() < 0.3 else "vllm"
-    total = max(1, int(round(max(20.0, float(rng.lognormal(np.log(90), 0.5))) * steps_scale)))
-    test_freq = int(rng.choice([5, 10, 20, 25])) if total >= 10 else max(1, total)
-    save_freq = int(rng.choice([-1, 10, 20, 50])) if total >= 20 else -1
-    n_gpus = int(rng.choice([4, 8, 8, 8]))
-    tbs = int(rng.choice([64, 128, 256, 512, 1024]))
-    run_id = f"{dataset[0]}-{algo}-{model[1]}-{index:04d}"
+    r = recipe or draw_recipe(rng, f"solo{index:04d}")
+    fmt = r.settings["fmt"]
+    total = max(1, int(round(r.steps * steps_scale)))
+    # a relaunch of the recipe keeps its experiment name, or adds a seed or version tag to it
+    experiment = r.experiment if rng.random() < 0.5 else f"{r.experiment}_{rng.choice(['seed', 'v', 'run'])}{index}"
     spec = RunSpec(
-        run_id=run_id, seed=seed, fmt=fmt, algo=algo,
-        model_path=model[0], model_short=model[1], model_class=model[2], model_size=model[3], model_b=model[4],
-        dataset=dataset[0], data_source=dataset[1], train_size=dataset[2], val_size=dataset[3],
-        project=str(rng.choice(["verl_examples", "verl_grpo_example_gsm8k", "rl-math", "reasoning-rl"])),
-        experiment=f"{model[1]}_{algo}_{dataset[0]}_{index:04d}",
-        rollout=rollout, rollout_mode="agent_loop" if fmt == "np2" and rng.random() < 0.5 else "sync",
-        n=1 if algo == "gae" else int(rng.choice([4, 5, 8, 16])),
-        tp=int(rng.choice([1, 2, 4])) if model[4] < 5 else int(rng.choice([2, 4])),
-        gpu_memory_utilization=float(rng.choice([0.4, 0.5, 0.6, 0.7, 0.8])),
-        train_batch_size=tbs, ppo_mini_batch_size=max(16, tbs // int(rng.choice([2, 4, 8]))),
-        ppo_micro_batch_size_per_gpu=int(rng.choice([2, 4, 8, 16])),
-        max_prompt_length=int(rng.choice([512, 1024])), max_response_length=int(rng.choice([512, 1024, 2048, 4096])),
-        lr=float(rng.choice([1e-6, 5e-7, 3e-6])), n_gpus_per_node=n_gpus, nnodes=int(rng.choice([1, 1, 1, 2])),
-        total_steps=total, test_freq=test_freq, save_freq=save_freq,
-        use_kl_loss=algo == "grpo" and rng.random() < 0.7, val_n=int(rng.choice([1, 1, 4])),
-        failure_class=failure_class, failure_phase=None, segments=[],
+        run_id=f"{r.settings['dataset']}-{r.settings['algo']}-{r.settings['model_short']}-{index:04d}",
+        seed=seed, experiment=experiment,
+        rollout_mode="agent_loop" if fmt == "np2" and rng.random() < 0.5 else "sync",
+        total_steps=total, test_freq=r.test_freq if total >= 10 else max(1, total),
+        save_freq=r.save_freq if total >= 20 else -1,
+        failure_class=failure_class, failure_phase=None, segments=[], **r.settings,
     )
     spec.runner_name = "main_task" if fmt == "v04" and rng.random() < 0.4 else "TaskRunner"
     spec.archive_form = str(rng.choice(ARCHIVE_FORMS, p=[0.55, 0.3, 0.15]))
@@ -198,7 +189,6 @@ def draw_spec(rng: np.random.Generator, index: int, failure_class: str, anomalie
     spec.tqdm_prefixed = rng.random() < 0.5
     spec.samples_every_step = rng.random() < 0.3
     spec.disk_warnings = rng.random() < 0.12
-    spec.gpu_total_gb = float(rng.choice([79.11, 79.25, 94.5, 139.81]))
     era = {"v04": 1_746_000_000, "bare": 1_754_000_000, "np2": 1_762_000_000}[fmt]
     spec.start_ts = float(era + index * 21_611 + int(rng.integers(0, 3600)))
     spec.hostname = f"gpu-node-{int(rng.integers(1, 64)):02d}"
