@@ -37,5 +37,5 @@ select
     coalesce(any_value(r.root_cause_of), []) as root_cause_of
 from lines
 left join roots as r using (template)
-group by template
+group by all
 order by known, n_runs desc, n_lines desc, template

@@ -6,7 +6,7 @@
 with throughput as (
     select run_id, median(throughput) as throughput, median(mfu_actor) as mfu_actor
     from step_phases
-    group by run_id
+    group by all
 ),
 run as (
     select
