@@ -379,6 +379,10 @@ tail as (
         left join progress_point as pp using (run_id)
     ) as f on f.run_id = l.run_id and f.final_segment = l.segment and f.file = l.file
     where l.line_no > f.after_line_no
+      -- bounds every run shares, applied before the join, so it hashes only the lines past them (its
+      -- estimates can put the lines on the hashed side)
+      and l.segment >= (select min(final_segment) from run_state)
+      and l.line_no > (select min(coalesce(line_no, 0)) from progress_point)
 ),
 tail_activity as (
     -- the last sign of work after the last progress: the phase a run stopped in. vLLM preempting
