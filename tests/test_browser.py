@@ -354,6 +354,23 @@ def test_a_run_that_prints_samples_shows_them(driver, sample_reports):
         driver.set_window_size(1280, 900)
 
 
+def test_a_long_root_cause_file_name_wraps_on_a_phone(driver, sample_reports):
+    """Log 08's root-cause location is its 66-character file name, one token: at 400 px it wraps inside
+    the page, which does not scroll sideways."""
+    name = "08_eto_megatron_grpo_qwen7b_math_two_runs_second_ctrl_c_step11.log"
+    try:
+        driver.set_window_size(400, 900)
+        driver.get(sample_reports["08"].resolve().as_uri())
+        location = driver.execute_script(
+            "const e = document.querySelector('#root-cause-location, #last-line-location');"
+            "return [e.textContent, e.getBoundingClientRect().right, document.documentElement.clientWidth]")
+        assert location[0].startswith(name + ":")
+        assert location[1] <= location[2] + 1
+        assert not _page_scrolls_sideways(driver)
+    finally:
+        driver.set_window_size(1280, 900)
+
+
 def test_an_old_fleet_is_dated_by_its_data_not_today(driver, reports, tmp_path):
     """Rendered three months after its newest run ended, the fleet report's title and heading carry the
     day of its data (2026-11-28), not the day it was rendered."""
