@@ -89,7 +89,7 @@ def unknown_templates_of_run(warehouse: str | Path, run_id: str) -> list[dict[st
     con = duckdb.connect()
     try:
         cur = con.execute(
-            f"select template, n_runs, n_lines, first_seen, last_seen, example,"
+            f"select template, n_runs, n_lines, first_seen, last_seen, example, kind,"
             f" list_contains(root_cause_of, $run) as root_cause from {lake.table_source(warehouse, NAME)}"
             " where not known and list_contains(run_ids, $run)"
             " order by root_cause desc, n_runs desc, template",

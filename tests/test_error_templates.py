@@ -148,3 +148,38 @@ def test_a_warehouse_without_run_events_has_no_templates(tmp_path):
     assert derive.derive_fleet_table(tmp_path, "error_templates") == 0
     assert new_signatures(tmp_path, date(2026, 11, 30)) == []
     assert unknown_templates_of_run(tmp_path, "only-summary") == []
+
+
+def _unknown_section(html: str) -> str | None:
+    if 'id="unknown-signatures"' not in html:
+        return None
+    return html.split('id="unknown-signatures"', 1)[1].split("</div>", 1)[0]
+
+
+def test_the_run_report_of_a_run_whose_only_error_is_unknown_shows_its_signature(fleet, tmp_path):
+    """run_b's one error (the lease fault) has no rule: its report shows the template, seen in three runs,
+    and points at the fleet's "New signatures"; the OOM run (a rule names it) and a run with only an unknown
+    warning show none."""
+    from pipeline.report.render import render_run_report
+
+    section = _unknown_section(render_run_report(fleet, "run_b", tmp_path).read_text())
+    rows = re.findall(r'<tr class="signature[^"]*" data-runs="(\d+)" data-kind="(\w+)"><td class="logtext">([^<]*)',
+                      section)
+    assert [(n, kind, text.strip()) for n, kind, text in rows] == [
+        ("3", "error", LEASE_TEMPLATE.replace("<", "&lt;").replace(">", "&gt;"))]
+    assert 'href="../fleet/latest.html#new-signatures"' in section
+    for run_id in ("run_oom", "run_w1"):
+        assert _unknown_section(render_run_report(fleet, run_id, tmp_path).read_text()) is None
+
+
+def test_the_fleet_report_navigation_and_text_list_new_signatures(fleet, tmp_path):
+    from pipeline.report.render import render_fleet_report
+
+    page = render_fleet_report(fleet, tmp_path, date(2026, 11, 30))
+    nav = page.read_text().split('<nav class="toc">', 1)[1].split("</nav>", 1)[0]
+    assert '<a href="#new-signatures">' in nav
+    text = page.with_suffix(".txt").read_text()
+    section = text.split("New signatures this week", 1)[1].split("All runs, newest first", 1)[0]
+    assert f"{LEASE_TEMPLATE}: 3 runs, 3 lines" in section
+    assert "WARNING cache warm-up took <*> s on node-<*>: 4 runs, 4 lines" in section
+    assert "quorum" not in section

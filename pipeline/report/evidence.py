@@ -6,6 +6,8 @@ from typing import Any
 
 import duckdb
 
+from pipeline.error_templates import FURNITURE
+from pipeline.ingest.roles import role_of
 from pipeline.report.warehouse import columns, rows
 
 CONTEXT_LINES = 6
@@ -19,11 +21,13 @@ def causal_line(summary: dict[str, Any]) -> dict[str, Any] | None:
     """The line that explains the end (its root cause), else the last line of a run that did not complete."""
     if summary.get("root_cause_text") or summary.get("root_cause_line_no") is not None:
         return {"file": summary.get("root_cause_file"), "line_no": summary.get("root_cause_line_no"),
-                "text": summary.get("root_cause_text") or "", "kind": "cause"}
+                "text": summary.get("root_cause_text") or "", "kind": "cause",
+                "role": file_role(summary, summary.get("root_cause_file"))}
     if (summary.get("failure_class") != "completed" and summary.get("last_line_no") is not None
             and summary.get("last_line_file")):
         return {"file": summary.get("last_line_file"), "line_no": summary.get("last_line_no"),
-                "text": summary.get("last_line_text") or "", "kind": "last_line"}
+                "text": summary.get("last_line_text") or "", "kind": "last_line",
+                "role": file_role(summary, summary.get("last_line_file"))}
     return None
 
 
@@ -56,6 +60,26 @@ def error_events(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, 
         "order by coalesce(segment, 0), file, line_no",
         {"run_id": run_id, "n": MAX_ERROR_EVENTS, "frames": list(FRAME_EVENTS)},
     )
+
+
+def named_errors(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
+    """How many of the run's error lines a rule names (traceback furniture aside; every named event where
+    run_events has no `kind`, as in hand-made tables)."""
+    have = columns(con, "run_events")
+    if not have:
+        return 0
+    errors = "kind = 'error'" if "kind" in have else "event_class <> 'warning_other'"
+    return rows(con, f"select count(*) as n from run_events where run_id = $run_id and {errors} "
+                     "and event_class <> 'error_other' and not list_contains($furniture, event_class)",
+                {"run_id": run_id, "furniture": list(FURNITURE)})[0]["n"]
+
+
+def file_role(summary: dict[str, Any], file: str | None) -> str | None:
+    """The role of one of the run's files (runs.file_roles, else told by its name)."""
+    if not file:
+        return None
+    recorded = {r["file"]: r["role"] for r in summary.get("file_roles") or []}
+    return recorded.get(file) or role_of(file)
 
 
 def lines_by_kind(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:

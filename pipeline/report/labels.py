@@ -113,6 +113,19 @@ EVENT_LABELS = {
     "host_oom_killed": "killed for host memory",
 }
 
+# the roles of pipeline/ingest/roles.py: which process wrote a file
+ROLE_LABELS = {
+    "console": "driver console",
+    "ray_worker": "Ray worker log",
+    "raylet": "Ray raylet log",
+    "ray_system": "Ray system log",
+    "inference_server": "inference server log",
+    "slurm": "SLURM job output",
+    "logger_files": "logger file",
+    "tensorboard": "TensorBoard events",
+    "metrics_jsonl": "metrics file",
+}
+
 
 def event_label(event_class: str | None) -> str:
     """An event class in words: 'ray_task_error:OutOfMemoryError' -> 'Ray task error: OutOfMemoryError'."""

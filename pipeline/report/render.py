@@ -25,6 +25,7 @@ from pipeline.report.labels import (
     COMPLETENESS_LABELS,
     CONFIG_LABELS,
     LINE_KINDS,
+    ROLE_LABELS,
     event_label,
 )
 from pipeline.report.run_data import load_run
@@ -53,7 +54,7 @@ def _environment() -> Environment:
         class_label=lambda c: CLASS_LABELS.get(c or "unknown", str(c)), run_href=run_href, sources=sources,
         config_label=lambda k: CONFIG_LABELS.get(k, k), completeness_label=lambda k: COMPLETENESS_LABELS.get(k, k),
         line_kind=lambda k: LINE_KINDS.get(k, k), anomaly_label=lambda c: ANOMALY_LABELS.get(c, c),
-        event_label=event_label,
+        event_label=event_label, role_label=lambda r: ROLE_LABELS.get(r, r),
     )
     return env
 

@@ -10,6 +10,7 @@ import duckdb
 import numpy as np
 
 from pipeline import lake
+from pipeline.error_templates import unknown_templates_of_run
 from pipeline.report import evidence, signals
 from pipeline.report.advice import Advice, advice_entry, run_config
 from pipeline.report.episodes import Episode, load_episodes
@@ -47,6 +48,7 @@ class RunReportData:
     signals: list[signals.Signal] = field(default_factory=list)
     validation: list[signals.Validation] = field(default_factory=list)
     samples: RunSamples = field(default_factory=lambda: RunSamples([], 0))
+    unknown_templates: list[dict[str, Any]] = field(default_factory=list)
 
 
 def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
@@ -59,9 +61,18 @@ def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
         con.close()
     con = lake.connect(warehouse, run_ids=[run_id, *peers.run_ids])
     try:
-        return _read(con, run_id, peers)
+        data = _read(con, run_id, peers)
+        if not evidence.named_errors(con, run_id):
+            data.unknown_templates = _unknown_errors(warehouse, run_id)
+        return data
     finally:
         con.close()
+
+
+def _unknown_errors(warehouse: str | Path, run_id: str) -> list[dict[str, Any]]:
+    """A run whose errors no rule names: its templates (error_templates), when one of them is an error."""
+    found = unknown_templates_of_run(warehouse, run_id)
+    return found if any(t["kind"] == "error" for t in found) else []
 
 
 def _read(con: duckdb.DuckDBPyConnection, run_id: str, peers: signals.Peers) -> RunReportData:
