@@ -6,6 +6,7 @@ import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
+import pytest
 
 from pipeline.report import charts
 
@@ -165,3 +166,43 @@ def test_a_short_run_has_whole_step_labels():
 def test_numbers_are_short():
     assert [charts.fmt(v) for v in (7.5e-4, 0.07, 12.34, 150, 15_000, 2.5e6)] == [
         "0.00075", "0.07", "12.3", "150", "15k", "2.5M"]
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The fleet charts' tick labels as matplotlib lays them out: {chart name: {"x": [...], "y": [...]}}."""
+    seen = {}
+    finish = charts._finish
+
+    def keep(fig, name, alt):
+        ax = fig.axes[0]
+        seen[name] = {axis: [t.get_text() for t in getattr(ax, f"get_{axis}ticklabels")() if t.get_text()]
+                      for axis in ("x", "y")}
+        return finish(fig, name, alt)
+
+    monkeypatch.setattr(charts, "_finish", keep)
+    return seen
+
+
+def test_the_weekly_chart_of_28_weeks_prints_every_other_week(drawn):
+    """28 weekly bars: 14 labels fit side by side, so every second week is named, the newest included."""
+    weeks = [(f"w{i:02d}", 3, 1, 40.0) for i in range(28)]
+    charts.weekly_chart(weeks)
+    assert drawn["weekly"]["x"] == [f"w{i:02d}" for i in range(1, 28, 2)]
+    charts.weekly_chart(weeks[:6])
+    assert drawn["weekly"]["x"] == [f"w{i:02d}" for i in range(6)]
+
+
+def test_the_outcomes_chart_names_classes_in_words(drawn):
+    chart = charts.failure_bars({"cuda_oom": 3, "completed": 5}, {"cuda_oom": "CUDA OOM", "completed": "Completed"})
+    assert drawn["failures"]["y"] == ["CUDA OOM", "Completed"]
+    assert chart.alt == "Runs by outcome: Completed 5, CUDA OOM 3"
+
+
+def test_a_long_config_group_name_is_shown_whole(drawn):
+    group = ("Qwen/Qwen2.5-7B-Instruct · grpo · rollout n 8 · batch 1024/256 · 4 nodes x 8 GPUs · vllm · "
+             "max response 8192")
+    charts.share_bars([(group, {"gen": 0.6, "update_actor": 0.4}), ("short", {"gen": 1.0})])
+    label = drawn["shares"]["y"][0]
+    assert label.replace("\n", " ") == group
+    assert max(len(line) for line in label.splitlines()) <= 44

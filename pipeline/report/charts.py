@@ -13,7 +13,8 @@ import base64
 import functools
 import io
 import math
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
@@ -41,6 +42,8 @@ PHASE_COLORS = {
 EPISODE_COLOR = "#d62728"
 FAIL_COLOR = "#c0392b"
 OK_COLOR = "#2e7d32"
+GROUP_LABEL_WIDTH = 44  # characters per line of a config group's name in the share chart
+MAX_WEEK_LABELS = 14  # week labels side by side under the weekly chart (9.6 in wide at 8 pt)
 
 # SVG panel geometry, in viewBox units (the panel scales to its box's width)
 W, H = 560, 236
@@ -548,8 +551,8 @@ def _ticker():
     return ticker
 
 
-def failure_bars(counts: dict[str, int]) -> Chart | None:
-    """Runs per failure class."""
+def failure_bars(counts: dict[str, int], labels: Mapping[str, str] | None = None) -> Chart | None:
+    """Runs per failure class, each class named by `labels` (its plain-language name) where it has one."""
     if not counts:
         return None
     items = sorted(counts.items(), key=lambda kv: kv[1])
@@ -557,6 +560,7 @@ def failure_bars(counts: dict[str, int]) -> Chart | None:
     # a run stopped on purpose or a log cut short is no failure: neutral grey
     tone = {"completed": OK_COLOR, "hang": "#e69f00", "interrupted": "#94a3b8", "no_outcome": "#94a3b8"}
     colors = [tone.get(k, FAIL_COLOR) for k, _ in items]
+    items = [((labels or {}).get(k, k), v) for k, v in items]
     ax.barh([k for k, _ in items], [v for _, v in items], color=colors)
     for i, (_, v) in enumerate(items):
         ax.text(v, i, f" {v}", va="center", fontsize=8)
@@ -573,8 +577,9 @@ def share_bars(groups: list[tuple[str, dict[str, float]]]) -> Chart | None:
     if not groups:
         return None
     phases = [p for p in PHASE_COLORS if any(s.get(p) for _, s in groups)]
-    fig, ax = _pyplot().subplots(figsize=(9.6, 0.36 * len(groups) + 1.3))
-    labels = [g if len(g) <= 60 else g[:57] + "…" for g, _ in groups]
+    labels = [_wrapped(g) for g, _ in groups]
+    lines = sum(label.count("\n") + 1 for label in labels)
+    fig, ax = _pyplot().subplots(figsize=(9.6, 0.2 * lines + 0.16 * len(groups) + 1.3))
     left = np.zeros(len(groups))
     for p in phases:
         vals = np.array([s.get(p, 0.0) for _, s in groups])
@@ -590,6 +595,19 @@ def share_bars(groups: list[tuple[str, dict[str, float]]]) -> Chart | None:
     alt = "Phase shares per config group: " + "; ".join(
         f"{g}: " + ", ".join(f"{p} {s[p]:.0%}" for p in phases if s.get(p)) for g, s in groups)
     return _finish(fig, "shares", alt)
+
+
+def _wrapped(label: str, width: int = GROUP_LABEL_WIDTH) -> str:
+    """A config group's name on lines of at most `width` characters, broken after its separators: whole, not cut."""
+    return "\n".join(textwrap.wrap(label.replace(" · ", " ·\u00a0"), width, break_on_hyphens=False)).replace(
+        "\u00a0", " ")
+
+
+def thinned(labels: list[str], most: int = MAX_WEEK_LABELS) -> list[str]:
+    """Every k-th label (the newest always), the others blank, so at most `most` are printed side by side."""
+    step = -(-len(labels) // most)
+    last = len(labels) - 1
+    return [label if (last - i) % step == 0 else "" for i, label in enumerate(labels)]
 
 
 def weekly_chart(weeks: list[tuple[str, int, int, float | None]]) -> Chart | None:
@@ -617,6 +635,7 @@ def weekly_chart(weeks: list[tuple[str, int, int, float | None]]) -> Chart | Non
     if np.isfinite(med).any():
         twin.set_ylim(top=np.nanmax(med) * 1.35)
     ax.legend(fontsize=8, loc="upper left", frameon=False, ncol=2)
+    ax.set_xticks(range(len(labels)), thinned(labels))
     ax.tick_params(axis="x", labelsize=8)
     alt = "Runs per week (week: runs, failed or hung, median step): " + "; ".join(
         f"{w[0]}: {w[1]}, {w[2]}, " + ("–" if w[3] is None else f"{w[3]:.3g} s") for w in weeks)

@@ -10,6 +10,7 @@ from pipeline.report import charts
 from pipeline.report.advice import advice_entry
 from pipeline.report.fleet_data import FleetReportData, FleetRun
 from pipeline.report.formats import now_with_zone
+from pipeline.report.labels import CLASS_LABELS
 
 MAX_ATTENTION_ROWS = 100
 MAX_CHART_GROUPS = 15
@@ -70,7 +71,7 @@ def _outcomes(runs: list[FleetRun]) -> dict[str, Any]:
         "n_no_outcome": counts.get("no_outcome", 0),
         "counts": sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])),
         "advice": {cls: advice_entry("failure", cls).first_change for cls in counts if cls != "completed"},
-        "failure_chart": charts.failure_bars(dict(counts)),
+        "failure_chart": charts.failure_bars(dict(counts), CLASS_LABELS),
     }
 
 
