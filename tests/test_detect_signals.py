@@ -184,3 +184,17 @@ def test_a_share_of_the_batch_counts_by_its_size_not_its_ratio():
     z = signal_z(long_rows("r", {"response_length/clip_ratio": cut, "actor/pg_clipfrac": clipped}))
     assert (z_of(z, "response_length/clip_ratio").loc[61:65] > 4).sum() >= 4
     assert z_of(z, "actor/pg_clipfrac").abs().max() < 3
+
+
+def test_a_share_that_never_changes_makes_any_change_news():
+    """Aborted rollouts at 10% for four steps in a run that never aborts one is a move, though the only
+    changes of that series are the episode's own edges; a share that changes on a third of its steps
+    keeps its own swings as its noise."""
+    rng = np.random.default_rng(4)
+    n = 120
+    aborted = np.zeros(n)
+    aborted[70:74] = 0.1
+    clipped = np.where(rng.random(n) < 0.3, np.round(rng.uniform(0.05, 0.3, n), 3), 0.0)
+    z = signal_z(long_rows("r", {"response/aborted_ratio": aborted, "critic/vf_clipfrac": clipped}))
+    assert (z_of(z, "response/aborted_ratio").loc[71:74] > 4).all()
+    assert z_of(z, "critic/vf_clipfrac").abs().max() < 4
