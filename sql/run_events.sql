@@ -35,7 +35,7 @@ with patterns(priority, event_class, pattern) as (
         (50, 'time_limit', 'DUE TO TIME LIMIT|State: TIMEOUT|[Tt]ime limit (reached|exceeded)'),
         (51, 'cancelled', 'CANCELLED AT|DUE TO PREEMPTION|DUE TO JOB REQUEUE|DUE TO NODE FAILURE|State: CANCELLED|[Kk]illed by (the )?scheduler|[Ee]victed'),
         -- torch elastic's SignalException: run_summary tells SIGINT (2) from SIGTERM (15) by the original text
-        (52, 'sigterm', 'SIGTERM received|[Rr]eceived SIGTERM|Signals\.SIGTERM|got signal: \d|^Terminated\s*$|\(SIGTERM\)'),
+        (52, 'sigterm', 'SIGTERM received|[Rr]eceived SIGTERM|Signals\.SIGTERM|got signal: \d|^Terminated\s*$|: line \d+: +\d+ Terminated\b|\(SIGTERM\)'),
         (53, 'killed_by_signal', 'SIGKILL|SIGSEGV|SIGABRT|SIGBUS|Segmentation fault|Fatal Python error|[Kk]illed by signal|terminate called after throwing'),
         (55, 'timeout', 'GetTimeoutError|TimeoutError|DeadlineExceeded|timed out|[Tt]imeout expired'),
         (58, 'import_error', '(ModuleNotFoundError|ImportError)\b|undefined symbol'),
@@ -51,16 +51,17 @@ lines as (
         -- the Ray prefix is already in `component`; match on the message itself, indentation kept
         regexp_replace(text, '^\([^)]*\) ?', '') as body,
         -- fatal signals, scheduler stops and Ray's dead-worker notice do not read like errors
-        regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|State: (TIMEOUT|CANCELLED)'
+        regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|: line \d+: +\d+ Terminated\b|State: (TIMEOUT|CANCELLED)'
                              '|Fatal Python error|terminate called after throwing|Signals\.SIG') as notable
     from log_lines
     where list_contains($run_ids, run_id)
       and (kind in ('error', 'warning') or phase_hint is not null or ts is not null
            -- LIKE first: a regex over every line of a big log costs seconds
            or ((text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
-                or text like 'Terminated%' or text like '%State: %' or text like '%Fatal Python error%'
+                or text like 'Terminated%' or text like '%: line %Terminated%'
+                or text like '%State: %' or text like '%Fatal Python error%'
                 or text like '%terminate called after throwing%' or text like '%Signals.SIG%')
-               and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|State: (TIMEOUT|CANCELLED)'
+               and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|: line \d+: +\d+ Terminated\b|State: (TIMEOUT|CANCELLED)'
                                         '|Fatal Python error|terminate called after throwing|Signals\.SIG')))
 ),
 ordered as (

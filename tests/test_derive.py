@@ -361,3 +361,16 @@ def test_first_step_needs_a_longer_silence_than_later_steps(tmp_path):
     derive.derive_run_tables(tmp_path, ["slow-n", "stuck-o"])
     got = dict(connect(tmp_path).execute("select run_id, failure_class from run_summary").fetchall())
     assert got == {"slow-n": "no_outcome", "stuck-o": "hang"}
+
+
+def test_bash_reporting_its_job_terminated_is_a_sigterm_stop(tmp_path):
+    """The launch script's shell reports the killed trainer as `./run.sh: line 27: 61149 Terminated  python3 ...`
+    (bash's job report for SIGTERM): the run was stopped, for that reason, on that line."""
+    b = RunBuilder("bash-k", total_training_steps=10)
+    for s in (1, 2, 3):
+        b.step(s, timings())
+    at = b.line('./run_grpo.sh: line 27: 61149 Terminated              python3 -m verl.trainer.main_ppo "$@"')
+    b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["bash-k"])
+    got = summary(tmp_path, "bash-k")
+    assert (got["failure_class"], got["stop_reason"], got["root_cause_line_no"]) == ("interrupted", "sigterm", at)
