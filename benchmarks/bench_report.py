@@ -1,9 +1,10 @@
-"""Benchmark the reports: the run report of a 20,000-step run and the fleet report of 1,000 runs, and
-what the charts cost per run report against a baseline revision's charts (matplotlib PNGs before c7f7c09).
+"""Benchmark the reports: the run report of a 20,000-step run and the fleet report of 1,000 runs, what the
+charts cost per run report against a baseline revision's charts (matplotlib PNGs before c7f7c09), and
+batches of run reports in one process against worker processes.
 
 Tables are fabricated (tests/report_fixtures.py) in a temporary warehouse; prints times and file sizes.
 Usage: python benchmarks/bench_report.py [--steps 20000] [--runs 1000] [--chart-runs 40]
-       [--baseline-rev b3354dd] [--keep DIR]
+       [--batch-runs 40 200] [--parts charts batch reports] [--baseline-rev b3354dd] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import os
 import random
 import subprocess
 import sys
@@ -25,12 +27,13 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from report_fixtures import FAILURE_CLASSES, RunSpec, write_run  # noqa: E402
 
 from pipeline.derive import derive_fleet_tables  # noqa: E402
-from pipeline.report import build_fleet_mail, charts, render_fleet_report, render_run_report  # noqa: E402
+from pipeline.report import batch, build_fleet_mail, charts, render_fleet_report, render_run_report  # noqa: E402
 
 DAY = date(2026, 11, 28)
 ANOMALY_CLASSES = ("gen_slowdown", "kl_spike", "grad_explosion", "update_actor_slowdown")
 FLEET_TABLES = ("runs", "run_summary", "step_anomalies", "step_phases")
 RUN_CHARTS = ("phase_chart", "health_chart")
+PARTS = ("charts", "batch", "reports")
 
 
 def _timed(fn):
@@ -105,6 +108,9 @@ def main() -> None:
     parser.add_argument("--chart-runs", type=int, default=40, help="short runs whose reports time the charts")
     parser.add_argument("--baseline-rev", default="b3354dd",
                         help="git revision whose pipeline/report/charts.py is the baseline (matplotlib)")
+    parser.add_argument("--batch-runs", type=int, nargs="*", default=[40, 200],
+                        help="batch sizes whose run reports are rendered in one process and in worker processes")
+    parser.add_argument("--parts", nargs="*", choices=PARTS, default=list(PARTS), help="what to measure")
     parser.add_argument(
         "--keep", type=Path, help="write warehouses and reports here instead of a temp folder"
     )
@@ -148,18 +154,44 @@ def timed_charts(impl, spent: list[float]):
             setattr(charts, name, fn)
 
 
+def short_runs(warehouse: Path, n_runs: int, prefix: str) -> list[str]:
+    """`n_runs` completed runs of 20-60 steps with one anomaly episode each; returns their ids."""
+    rng = random.Random(5)
+    ids = []
+    for i in range(n_runs):
+        n = rng.randint(20, 60)
+        first = rng.randint(2, n - 6)
+        write_run(warehouse, RunSpec(run_id=f"{prefix}-{i:03d}", failure_class="completed", n_steps=n,
+                                     episodes=[(first, first + 3, rng.choice(ANOMALY_CLASSES))], seed=100 + i))
+        ids.append(f"{prefix}-{i:03d}")
+    return ids
+
+
+def batch_costs(args: argparse.Namespace, root: Path) -> None:
+    """Wall seconds to render the reports of many short runs with render_run_reports: in this process, and
+    spread over its worker processes (one per core); the load average beside them (a shared machine)."""
+    for n_runs in args.batch_runs:
+        wh = root / f"wh_batch_{n_runs}"
+        ids = short_runs(wh, n_runs, "batch")
+        render_run_report(wh, ids[0], root / "warm")
+        print(f"run reports of {n_runs} runs of 20-60 steps (wall), load average {os.getloadavg()[0]:.1f}:")
+        for label, workers in (("one process", 1), (f"{os.cpu_count()} worker processes", None)):
+            saved, batch.MIN_RUNS_FOR_POOL = batch.MIN_RUNS_FOR_POOL, 2  # the pool whatever the batch's size
+            start = time.perf_counter()
+            try:
+                batch.render_run_reports(wh, ids, root / "reports_batch", workers=workers)
+            finally:
+                batch.MIN_RUNS_FOR_POOL = saved
+            wall = time.perf_counter() - start
+            print(f"  {label:<20} {wall:6.2f} s, {wall / n_runs * 1000:6.1f} ms per report"
+                  f" (load average {os.getloadavg()[0]:.1f})")
+
+
 def chart_costs(args: argparse.Namespace, root: Path) -> None:
     """Per run report of a short run (20-60 steps): the whole render and the charts' part, with the baseline
     revision's charts and with the current ones, on the same tables, alternating run by run."""
-    rng = random.Random(5)
     wh = root / "wh_charts"
-    ids = []
-    for i in range(args.chart_runs):
-        n = rng.randint(20, 60)
-        first = rng.randint(2, n - 6)
-        write_run(wh, RunSpec(run_id=f"chart-{i:03d}", failure_class="completed", n_steps=n,
-                              episodes=[(first, first + 3, rng.choice(ANOMALY_CLASSES))], seed=100 + i))
-        ids.append(f"chart-{i:03d}")
+    ids = short_runs(wh, args.chart_runs, "chart")
     impls = {"baseline " + args.baseline_rev: baseline_charts(args.baseline_rev), "current": charts}
     whole = {label: 0.0 for label in impls}
     spent: dict[str, list[float]] = {label: [] for label in impls}
@@ -196,8 +228,17 @@ def _print_costs(what: str, n: int, whole: dict[str, float], spent: dict[str, li
 
 def run_benchmark(args: argparse.Namespace, root: Path) -> None:
     """Render both reports and the mail in `root`, printing times and sizes."""
+    if "charts" in args.parts:
+        chart_costs(args, root)
+    if "batch" in args.parts:
+        batch_costs(args, root)
+    if "reports" in args.parts:
+        whole_reports(args, root)
+
+
+def whole_reports(args: argparse.Namespace, root: Path) -> None:
+    """The run report of a long run and the fleet report of many runs, with the fleet mail."""
     reports = root / "reports"
-    chart_costs(args, root)
 
     _, t_build = _timed(lambda: long_run(root / "wh_long", args.steps))
     path, t_run = _timed(lambda: render_run_report(root / "wh_long", "long-run", reports))

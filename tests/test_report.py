@@ -488,3 +488,16 @@ def test_event_classes_read_as_words(built):
     assert cell.text() == "CUDA out of memory"
     assert event_label("ray_task_error:OutOfMemoryError") == "Ray task error: OutOfMemoryError"
     assert event_label("some_new_class") == "some new class"
+
+
+def test_reports_rendered_one_after_another_read_only_their_own_warehouse(tmp_path):
+    """Run reports share one DuckDB database per process: the second warehouse (run summary only, the run
+    completed) shows nothing of the first's tables (the same run id there ended in a CUDA OOM with events)."""
+    write_run(tmp_path / "a", RunSpec(run_id="same-id", failure_class="cuda_oom", n_steps=12, seed=1))
+    write_run(tmp_path / "b", RunSpec(run_id="same-id", failure_class="completed", n_steps=12, seed=1,
+                                      with_logs=False), only=("runs", "run_summary"))
+    first = render_run_report(tmp_path / "a", "same-id", tmp_path / "ra").read_text()
+    second = render_run_report(tmp_path / "b", "same-id", tmp_path / "rb").read_text()
+    assert 'data-failure-class="cuda_oom"' in first and 'id="events"' in first
+    assert 'data-failure-class="completed"' in second
+    assert 'id="events"' not in second and 'id="phase-table"' not in second

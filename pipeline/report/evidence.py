@@ -62,16 +62,18 @@ def error_events(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, 
     )
 
 
-def named_errors(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
-    """How many of the run's error lines a rule names (traceback furniture aside; every named event where
-    run_events has no `kind`, as in hand-made tables)."""
+def error_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:
+    """How many of the run's error lines a rule names and how many none does (traceback furniture aside;
+    every named event counts where run_events has no `kind`, as in hand-made tables)."""
     have = columns(con, "run_events")
     if not have:
-        return 0
+        return {"named": 0, "unnamed": 0}
     errors = "kind = 'error'" if "kind" in have else "event_class <> 'warning_other'"
-    return rows(con, f"select count(*) as n from run_events where run_id = $run_id and {errors} "
-                     "and event_class <> 'error_other' and not list_contains($furniture, event_class)",
-                {"run_id": run_id, "furniture": list(FURNITURE)})[0]["n"]
+    return rows(con, "select count(*) filter (event_class <> 'error_other') as named, "
+                     "count(*) filter (event_class = 'error_other') as unnamed "
+                     f"from run_events where run_id = $run_id and {errors} "
+                     "and not list_contains($furniture, event_class)",
+                {"run_id": run_id, "furniture": list(FURNITURE)})[0]
 
 
 def file_role(summary: dict[str, Any], file: str | None) -> str | None:

@@ -16,7 +16,7 @@ from pipeline.report.advice import Advice, advice_entry, run_config
 from pipeline.report.episodes import Episode, load_episodes
 from pipeline.report.labels import COMPLETENESS_LABELS, CONFIG_LABELS
 from pipeline.report.samples import RunSamples, load_samples
-from pipeline.report.warehouse import columns, one, rows, series, table_rows
+from pipeline.report.warehouse import add_views, columns, connect, one, rows, series, table_rows
 
 MAX_EARLIER_RUNS = 10
 
@@ -54,15 +54,14 @@ class RunReportData:
 def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
     """Read one run's tables, and the earlier runs of its config group that its comparisons need."""
     run_id = lake.check_run_id(run_id)
-    con = lake.connect(warehouse, run_ids=[run_id])
+    con = connect(warehouse, [run_id])
     try:
         peers = signals.earlier_peers(con, run_id)
-    finally:
-        con.close()
-    con = lake.connect(warehouse, run_ids=[run_id, *peers.run_ids])
-    try:
+        if peers.run_ids:
+            add_views(con, warehouse, [run_id, *peers.run_ids])
         data = _read(con, run_id, peers)
-        if not evidence.named_errors(con, run_id):
+        errors = evidence.error_lines(con, run_id)
+        if errors["unnamed"] and not errors["named"]:
             data.unknown_templates = _unknown_errors(warehouse, run_id)
         return data
     finally:
