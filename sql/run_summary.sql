@@ -36,6 +36,14 @@ lines as not materialized (
     from log_lines
     where list_contains($run_ids, run_id)
 ),
+-- the few lines the end-of-run checks below look for, found in one scan of the text (each check reading
+-- every line's text again cost ~0.4 s on a 300 MB log)
+marked as materialized (
+    select run_id, file, line_no, segment, text
+    from lines
+    where text like '%Final validation metrics%' or contains(text, 'succeeded') or contains(text, 'State: COMPLETED')
+       or text like '%CPU Efficiency:%' or text like '%local_global_step_folder%'
+),
 files as (
     -- each file of a run; a logger's side file (a W&B run's config or metadata beside its output.log, W&B's
     -- own debug logs) is no process's log
@@ -134,14 +142,14 @@ started as (
 ),
 final_validation as (
     select distinct l.run_id
-    from lines as l
+    from marked as l
     join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
     where l.text like '%Final validation metrics%'
 ),
 job_succeeded as (
     -- the launcher reported success: a Ray job's final status, or SLURM's accounting epilogue
     select distinct l.run_id
-    from lines as l
+    from marked as l
     join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
     -- `case` keeps the cheap `contains` tests first: a regex over every line of a big log costs seconds
     where case when contains(l.text, 'succeeded') or contains(l.text, 'State: COMPLETED')
@@ -447,7 +455,7 @@ scheduler_idle as (
     select l.run_id, min(try_cast(regexp_extract(l.text, 'CPU Efficiency: ([0-9.]+)%', 1) as double)) as cpu_pct,
            arg_min(l.line_no, l.line_no) as line_no, arg_min(l.file, l.line_no) as file,
            arg_min(l.text, l.line_no) as text
-    from lines as l
+    from marked as l
     join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
     where l.text like '%CPU Efficiency:%'
     group by all
@@ -570,7 +578,7 @@ checkpoint as (
         where p.save_checkpoint is not null and (p.segment = f.segment or p.step <= coalesce(fs.step, 0))
         union all
         select l.run_id, try_cast(nullif(regexp_extract(l.text, 'global_step_(\d+)', 1), '') as bigint)
-        from lines as l
+        from marked as l
         join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
         where l.text like '%local_global_step_folder%'
     )
