@@ -308,7 +308,8 @@ def test_charts_follow_dark_mode(driver, reports):
 
 @pytest.fixture(scope="module")
 def sample_reports(tmp_path_factory):
-    """Run reports of two real logs that print sampled generations (08: 68 long ones; 20: one)."""
+    """Run reports of real logs: two that print sampled generations (08: 68 long ones; 20: one), and 27,
+    whose events table names its 67-character file."""
     import time
 
     from pipeline import derive
@@ -319,7 +320,8 @@ def sample_reports(tmp_path_factory):
     archive.mkdir()
     real = Path(__file__).resolve().parents[2] / "shared" / "real-logs"
     for name in ("08_eto_megatron_grpo_qwen7b_math_two_runs_second_ctrl_c_step11.log",
-                 "20_eto_fsdp_qwen7b_raytaskerror_actordied_step1.log"):
+                 "20_eto_fsdp_qwen7b_raytaskerror_actordied_step1.log",
+                 "27_charcount_grpo_final_step_hardwrapped_benign_sigterm_at_exit.log"):
         shutil.copy2(real / name, archive / name)
     entries = discover_runs(archive, quiet_period_s=0, now=time.time() + 10**7).entries
     for entry in entries:
@@ -350,6 +352,22 @@ def test_a_run_that_prints_samples_shows_them(driver, sample_reports):
             "return Array.from(document.querySelectorAll('details.sample, details.sample *'))"
             ".filter(e => e.getBoundingClientRect().right > w + 1).map(e => e.tagName)")
         assert not wider
+    finally:
+        driver.set_window_size(1280, 900)
+
+
+def test_a_long_file_name_in_events_and_problems_keeps_the_page_still_on_a_phone(driver, sample_reports):
+    """Log 27's file name (67 characters, no break) is in its events table and its input problems: at 400 px
+    the table scrolls inside its own box and the problem wraps, so the page does not scroll sideways."""
+    name = "27_charcount_grpo_final_step_hardwrapped_benign_sigterm_at_exit.log"
+    try:
+        driver.set_window_size(400, 900)
+        driver.get(sample_reports["27"].resolve().as_uri())
+        cell, problem = driver.execute_script(
+            "return [document.querySelector('#events td.mono').textContent,"
+            " document.querySelector('#problems li').textContent]")
+        assert cell.startswith(name + ":") and problem.startswith(name + ":")
+        assert not _page_scrolls_sideways(driver)
     finally:
         driver.set_window_size(1280, 900)
 
