@@ -1,11 +1,26 @@
 """A second analysis of an unchanged archive skips every run; a changed run, a lost report or --force redo it."""
 
+import gzip
 import shutil
 import time
 
 from operate_support import simulate
 
 from pipeline.incremental import split_changed
+
+
+def _append_line(entry, line: str) -> None:
+    """The run behind an archive entry writes one more line: to its log in a folder, or as one more gzip member
+    of a .log.gz (gzip readers read concatenated members as one stream)."""
+    if entry.is_dir():
+        log = next(p for p in entry.rglob("*") if p.is_file() and p.suffix == ".log")
+        with log.open("a") as f:
+            f.write(line)
+    elif entry.name.endswith(".log.gz"):
+        with gzip.open(entry, "ab") as f:
+            f.write(line.encode())
+    else:
+        raise AssertionError(f"no way to grow {entry.name} in place")
 
 
 def test_unchanged_runs_are_skipped(tmp_path):
@@ -22,9 +37,7 @@ def test_unchanged_runs_are_skipped(tmp_path):
     assert again.fleet_report is not None
 
     grown, lost = sorted(labels["runs"])
-    log = next(p for p in (archive / grown).rglob("*") if p.is_file() and p.suffix == ".log")
-    with log.open("a") as f:
-        f.write("a line written after the first analysis\n")
+    _append_line(archive / labels["runs"][grown]["entry"], "a line written after the first analysis\n")
     (reports / "runs" / f"{lost}.html").unlink()
     entries = discover_runs(archive, quiet_period_s=0, now=time.time() + 1).entries
     assert split_changed(entries, warehouse, reports) == (sorted([grown, lost]), [])

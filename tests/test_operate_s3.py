@@ -96,14 +96,17 @@ def test_dagster_resources_read_and_publish_s3_urls(s3, tmp_path):
     from pipeline.analysis import partition_tags
     from pipeline.definitions import build_definitions
     from pipeline.partitions import RUN_PARTITIONS_NAME
+    from pipeline.resources import ArchiveResource, WarehouseResource
 
     labels = simulate(tmp_path / "sim", runs=2, seed=12)
     _upload_tree(s3, tmp_path / "sim" / "archive", "archive-bkt/nightly")
     defs = build_definitions("s3://archive-bkt/nightly", "s3://lake-bkt/nightly-wh", tmp_path / "reports",
                              quiet_period_s=0)
-    resources = {**defs.resources}
-    resources["archive"] = resources["archive"].model_copy(update={"cache_dir": str(tmp_path / "mirror")})
-    resources["warehouse"] = resources["warehouse"].model_copy(update={"cache_dir": str(tmp_path / "build")})
+    # built anew, not model_copy'd: Dagster sets a run's resources up from their constructor arguments
+    resources = {**defs.resources,
+                 "archive": ArchiveResource(root="s3://archive-bkt/nightly", quiet_period_s=0,
+                                            cache_dir=str(tmp_path / "mirror")),
+                 "warehouse": WarehouseResource(path="s3://lake-bkt/nightly-wh", cache_dir=str(tmp_path / "build"))}
     run_ids = sorted(labels["runs"])
     assert sorted(e.run_id for e in resources["archive"].discover().entries) == run_ids
     instance = DagsterInstance.ephemeral()
