@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import shutil
+import time
 import tomllib
 import uuid
 from collections.abc import Iterable, Mapping
@@ -33,6 +34,10 @@ ADVICE_FIELDS = {
 }
 ADVICE_ACTIONS = ("halve", "double", "step", "enable", "disable", "set")
 DERIVE_MEMORY_LIMIT = "512MB"
+# how often a derive query is bound again after another process swapped a partition it was reading
+READ_ATTEMPTS = 4
+# what DuckDB says when a file it bound is gone or replaced before it reads it
+_SWAPPED_UNDER_READER = ("No such file", "No files found", "TProtocolException", "Invalid data")
 
 # Declared in pipeline/tables.py, in dependency order (run_summary after the tables it reads).
 RUN_TABLES = tables.sql_tables(per_run=True)
@@ -110,6 +115,33 @@ def _refresh_view(con: duckdb.DuckDBPyConnection, warehouse: str | Path, table: 
         con.execute(f"create or replace temp view {table} as select * from {src}")
 
 
+def _query_into(
+    con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str, params: dict, staging: Path
+) -> duckdb.DuckDBPyRelation:
+    """Run `sql/<name>.sql` into `staging`, one folder per run; returns the query.
+
+    DuckDB opens a file when the query is bound and again when it scans it: a partition another process
+    swaps in between is gone or another file by then. The query is bound again to what is on disk now.
+    """
+    for attempt in range(1, READ_ATTEMPTS):
+        try:
+            return _write_query(con, name, params, staging)
+        except duckdb.Error as exc:
+            if not any(s in str(exc) for s in _SWAPPED_UNDER_READER):
+                raise
+        shutil.rmtree(staging, ignore_errors=True)
+        for table in tables.table(name).reads:
+            _refresh_view(con, warehouse, table)
+        time.sleep(0.05 * attempt)
+    return _write_query(con, name, params, staging)
+
+
+def _write_query(con: duckdb.DuckDBPyConnection, name: str, params: dict, staging: Path) -> duckdb.DuckDBPyRelation:
+    rel = con.sql(sql_text(name), params=params)
+    rel.write_parquet(str(staging), partition_by=["run_id"], compression="zstd", filename_pattern="part-{i}")
+    return rel
+
+
 def _run_table(
     con: duckdb.DuckDBPyConnection,
     warehouse: str | Path,
@@ -126,9 +158,7 @@ def _run_table(
     staging = lake.table_dir(warehouse, name) / f".staging-{uuid.uuid4().hex}"
     staging.parent.mkdir(parents=True, exist_ok=True)
     try:
-        rel = con.sql(sql_text(name), params=_params(name, run_ids, thresholds))
-        rel.write_parquet(str(staging), partition_by=["run_id"], compression="zstd",
-                          filename_pattern="part-{i}")
+        rel = _query_into(con, warehouse, name, _params(name, run_ids, thresholds), staging)
         files = {p.parent.name.split("=", 1)[1]: p for p in staging.glob("run_id=*/*.parquet")}
         if files:
             schema = pq.read_schema(next(iter(files.values())))

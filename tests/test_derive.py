@@ -374,3 +374,29 @@ def test_bash_reporting_its_job_terminated_is_a_sigterm_stop(tmp_path):
     derive.derive_run_tables(tmp_path, ["bash-k"])
     got = summary(tmp_path, "bash-k")
     assert (got["failure_class"], got["stop_reason"], got["root_cause_line_no"]) == ("interrupted", "sigterm", at)
+
+
+def test_a_partition_swapped_under_the_query_is_read_again(tmp_path, monkeypatch):
+    """Another process swaps a partition the query bound: DuckDB finds the file gone (here, the first time
+    the query runs, a file that is not there). The query is bound again and the run's rows are written;
+    an error of the SQL itself is raised at once."""
+    b = completed_run()
+    b.write(tmp_path)
+    real = derive.sql_text
+    calls = []
+
+    def first_gone(name):
+        calls.append(name)
+        text = real(name)
+        gone = f"from read_parquet('{tmp_path}/step_metrics/run_id=gone/part-0.parquet') as m"
+        return text.replace("from step_metrics as m", gone, 1) if len(calls) == 1 else text
+
+    monkeypatch.setattr(derive, "sql_text", first_gone)
+    assert derive.derive_run_table(tmp_path, "step_phases", [b.run_id]) == 4
+    assert calls == ["step_phases", "step_phases"]
+
+    calls.clear()
+    monkeypatch.setattr(derive, "sql_text", lambda name: calls.append(name) or "select from nowhere at all")
+    with pytest.raises(duckdb.ParserException):
+        derive.derive_run_table(tmp_path, "step_phases", [b.run_id])
+    assert calls == ["step_phases"]
