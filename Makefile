@@ -17,8 +17,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/verl-health demo
 
+# two workers, each test file on one of them (module fixtures stay whole): 6.1 -> 4.0 min on 2 cores
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline tests benchmarks
