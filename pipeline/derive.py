@@ -112,6 +112,9 @@ def _refresh_view(con: duckdb.DuckDBPyConnection, warehouse: str | Path, table: 
     """Point the view of `table` at what is on disk now (it may have been written by this process)."""
     src = lake.table_source(warehouse, table)
     if src is not None:
+        # the empty stand-in of a table this connection has since written gives way to the table
+        if con.execute("select 1 from duckdb_tables() where table_name = $t", {"t": table}).fetchone():
+            con.execute(f"drop table {table}")
         con.execute(f"create or replace temp view {table} as select * from {src}")
 
 

@@ -23,22 +23,12 @@ NAME = "error_templates"
 FURNITURE = ("traceback", "traceback_frame", "traceback_code", "chained_exception")
 NEW_DAYS = 7
 MAX_NEW_SHOWN = 50
-# the columns of run_events that sql/error_templates.sql and the miner read
-RUN_EVENTS_READ = pa.schema([
-    ("run_id", pa.string()), ("file", pa.string()), ("line_no", pa.int64()), ("kind", pa.string()),
-    ("event_class", pa.string()), ("message", pa.string()), ("ts", pa.timestamp("us")),
-    ("order_ts", pa.timestamp("us")),
-])
-
-
 def register_line_templates(con: duckdb.DuckDBPyConnection) -> int:
     """Mine the distinct messages of `run_events` (furniture aside) with Drain3 and register the mapping as
     `line_templates(message, template)` on `con`, for sql/error_templates.sql; returns the messages mined.
 
-    A warehouse without run_events (fleet tables only) gets an empty run_events and an empty mapping.
+    A warehouse without run_events mines nothing: derive stands in an empty one (its registry `stand_in`).
     """
-    if not con.execute("select 1 from information_schema.tables where table_name = 'run_events'").fetchall():
-        con.register("run_events", RUN_EVENTS_READ.empty_table())
     # Messages equal but for their digits get one template (the miner masks every number), so Drain3 sees
     # one message per such shape: a fleet's messages mostly differ in numbers. Oldest first: Drain3 widens a
     # template as lines join it, so the order only decides which line founds a template.

@@ -91,6 +91,10 @@ TABLES = (
         "run_events", "derived", "sql", ("log_lines",),
         ("run_id", "file", "line_no", "event_class", "component", "message"),
         "Every error and warning with its class, component, step and phase.",
+        stand_in=(
+            "run_id varchar, file varchar, line_no bigint, kind varchar, event_class varchar, message varchar,"
+            " ts timestamp, order_ts timestamp"
+        ),
     ),
     Table(
         "run_summary", "derived", "sql", ("runs", "log_lines", "step_phases", "step_health", "run_events"),
