@@ -11,7 +11,7 @@ every report; wall time, CPU time, peak RSS), the seed article's hand-written pa
 (`baseline_handwritten.py`: Python `re` per line -> pandas -> CSV) of the same files, and DuckDB's
 `read_csv` of their lines. It prints each figure and the ratios.
 
-Usage: python benchmarks/bench_real.py [--cache DIR] [--big-mb 300] [--copies 10]
+Usage: python benchmarks/bench_real.py [--cache DIR] [--big-mb 300] [--copies 10] [--only big|fleet]
 """
 
 from __future__ import annotations
@@ -95,11 +95,16 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "verl-health-bench-real")
     ap.add_argument("--big-mb", type=int, default=300)
     ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--only", choices=("big", "fleet"), help="measure one scenario only")
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.cache) as scratch:
-        for name, archive in (("big run", build_big_run(args.cache, args.big_mb)),
-                              ("fleet", build_fleet(args.cache, args.copies))):
+        scenarios = {"big": ("big run", lambda: build_big_run(args.cache, args.big_mb)),
+                     "fleet": ("fleet", lambda: build_fleet(args.cache, args.copies))}
+        for key, (name, build) in scenarios.items():
+            if args.only not in (None, key):
+                continue
+            archive = build()
             row = scenario(name.replace(" ", "-"), archive, Path(scratch))
             print("\n".join(f"{k:34s} {v}" for k, v in row.items()), "\n", flush=True)
 
