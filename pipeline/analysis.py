@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pipeline.assets import (
     RUN_BEFORE_MODEL,
 )
 from pipeline.assets.report import DAY_TAG
+from pipeline.dagster_storage import skip_flush_under
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.lake import connect, refresh_catalog
 from pipeline.partitions import RUN_PARTITIONS_NAME
@@ -34,8 +34,6 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 # Dagster's run tags that select a range of partitions (plain strings, as its docs give them)
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
-# The instance file the command line opens when its Dagster home has no dagster.yaml
-CLI_INSTANCE_FILE = "verl-health-cli.yaml"
 
 @dataclass
 class RunSelection:
@@ -190,21 +188,13 @@ def verdict(warehouse: str | Path, run_id: str) -> str:
 def persistent_instance(warehouse: str | Path) -> DagsterInstance:
     """The Dagster instance the command line records its runs in, so `make ui` shows them: $DAGSTER_HOME,
     else `dagster/` beside the warehouse folder (data/dagster for data/warehouse). Without a dagster.yaml
-    there, its event log is Dagster's SQLite one without a disk flush per event (pipeline.dagster_storage)."""
-    from pipeline.dagster_storage import event_log_override
-
+    there, Dagster's default SQLite storage writes its files under that folder without a disk flush per
+    commit (pipeline.dagster_storage); a dagster.yaml is the operator's and is kept as it says."""
     home = os.environ.get("DAGSTER_HOME") or str(Path(warehouse).resolve().parent / "dagster")
     Path(home).mkdir(parents=True, exist_ok=True)
-    if Path(home, "dagster.yaml").exists():
-        return DagsterInstance.from_config(home)
-    # the override as an instance file of its own (JSON is YAML), so `make ui` keeps Dagster's own storage
-    config = Path(home, CLI_INSTANCE_FILE)
-    text = json.dumps(event_log_override(home), indent=2)
-    if not config.is_file() or config.read_text() != text:
-        tmp = config.with_name(f".{config.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, config)
-    return DagsterInstance.from_config(home, config_filename=CLI_INSTANCE_FILE)
+    if not Path(home, "dagster.yaml").exists():
+        skip_flush_under(home)
+    return DagsterInstance.from_config(home)
 
 
 def analyze_with_object_store(archive: str, warehouse: str, reports: str | Path, quiet_period_s: int = 0,
