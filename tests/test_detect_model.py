@@ -184,6 +184,19 @@ def test_the_opening_of_a_run_that_starts_off_lasts_until_it_settles(moved, unus
     assert list(result.loc[result["is_anomaly"], "step"]) == flagged
 
 
+@pytest.mark.parametrize("opening_z, later_z, flagged", [
+    (9.0, 5.0, []),  # the run's opening fading: part of its transient
+    (4.0, 9.0, [5, 6, 7]),  # further off than the run ever was at its start: something new
+])
+def test_a_transient_only_fades(opening_z, later_z, flagged):
+    """A run off at its first three steps, then unusual again at steps 5-7 within its opening window:
+    excused while no further off than at its start (a critic warming up fades), flagged when more."""
+    frame = _steps(sig_top=([1, 2, 3], opening_z, 1.0))
+    frame.loc[frame["step"].isin([4, 5, 6, 7]), "sig_top"] = [opening_z, later_z, later_z, later_z]
+    result = decide(frame, FixedScores(np.where(frame["step"].isin([5, 6, 7]), 0.9, 0.3)))
+    assert list(result.loc[result["is_anomaly"], "step"]) == flagged
+
+
 @pytest.mark.parametrize("family, kept", [("timing", False), ("critic", True)])
 def test_a_stretch_next_to_a_named_episode_on_its_signals_is_that_episode(family, kept):
     """A gen slowdown at steps 24-26, then two unusual steps no rule names: its run-down when timing

@@ -100,12 +100,12 @@ def _rule_flags(features: pd.DataFrame, hits: pd.DataFrame, strength: pd.DataFra
 def _other_flags(features: pd.DataFrame, runs: np.ndarray, score: np.ndarray, judged: np.ndarray,
                  fired: np.ndarray, th: dict) -> np.ndarray:
     """Steps no rule fired on that the forest scores past `other_score` for `other_steps` steps in a
-    row, with some signal moved, past the run's opening transient."""
+    row, with some signal moved, past the run's opening transient (which only fades: `stretches.opening`)."""
     n = len(features)
+    top = features["sig_top"].to_numpy(dtype=float) if "sig_top" in features else np.zeros(n)
     with np.errstate(invalid="ignore"):
-        moved = (features["sig_top"].to_numpy(dtype=float) > th.get("other_evidence", MOVED_Z)
-                 if "sig_top" in features else np.zeros(n, bool))
-        candidate = judged & moved & (score > th["other_score"]) & ~fired & ~opening(runs, moved)
+        moved = top > th.get("other_evidence", MOVED_Z)
+        candidate = judged & moved & (score > th["other_score"]) & ~fired & ~opening(runs, moved, top)
     return stretch_lengths(runs, candidate) >= th["other_steps"]
 
 

@@ -36,23 +36,31 @@ def grow(runs: np.ndarray, seed: np.ndarray, loose: np.ndarray) -> np.ndarray:
     return has_seed[comp]
 
 
-def opening(runs: np.ndarray, moved: np.ndarray) -> np.ndarray:
+def opening(runs: np.ndarray, moved: np.ndarray, strength: np.ndarray | None = None) -> np.ndarray:
     """Rows in the opening transient of a run that starts off (some signal past its noise, `moved`, in
     its first three rows): until the run settles (its first SETTLED_STEPS rows in a row where nothing
     moved), at least its first max(OPENING_STEPS, OPENING_SHARE of its rows) rows and at most
     OPENING_MAX_SHARE of them. Training's opening is a transient (the critic warms up from scratch,
     the first validations precede learning) that is off from the first step and settles, in some
-    runs over dozens of steps; a run that starts in line has no such excuse for what comes next."""
+    runs over dozens of steps; a run that starts in line has no such excuse for what comes next.
+    With `strength` (how far the row is off), a transient only fades: a row further off than the
+    run's first three rows were is something new, not part of it."""
     new = run_starts(runs)
     starts = np.flatnonzero(new)
     sizes = np.diff(np.r_[starts, len(runs)])
     position = np.arange(len(runs)) - np.repeat(starts, sizes)
-    starts_off = np.bincount(np.repeat(np.arange(len(starts)), sizes), weights=(moved & (position < 3)).astype(float),
-                             minlength=len(starts)) > 0
+    run_no = np.repeat(np.arange(len(starts)), sizes)
+    first = position < 3
+    starts_off = np.bincount(run_no, weights=(moved & first).astype(float), minlength=len(starts)) > 0
     settled = np.minimum.reduceat(np.where(_quiet_ahead(runs, moved), position, len(runs)), starts) if len(runs) else sizes
     least = np.maximum(OPENING_STEPS, OPENING_SHARE * sizes)
     window = np.clip(settled, least, np.maximum(least, OPENING_MAX_SHARE * sizes))
-    return np.repeat(starts_off, sizes) & (position < np.repeat(window, sizes))
+    out = np.repeat(starts_off, sizes) & (position < np.repeat(window, sizes))
+    if strength is not None and len(runs):
+        envelope = np.full(len(starts), -np.inf)
+        np.maximum.at(envelope, run_no[first], np.nan_to_num(strength[first], nan=-np.inf))
+        out &= ~(strength > envelope[run_no])
+    return out
 
 
 def _quiet_ahead(runs: np.ndarray, moved: np.ndarray) -> np.ndarray:
