@@ -42,26 +42,24 @@ fields as materialized (
     window w as (partition by run_id, file, pid order by line_no)
 ),
 field_span as (
-    -- the lines a multi-line field may take, in buckets of 64 line numbers: the continuation lines are then
-    -- found by an equality join (a range join over every line of a long log pairs each with each field)
-    select f.run_id, f.file, f.pid, f.sample_in_process, f.field, f.line_no,
-           least(f.next_line_no, f.line_no + p.max_field_lines + 1) as end_line_no,
-           unnest(range(f.line_no // 64, least(f.next_line_no, f.line_no + p.max_field_lines + 1) // 64 + 1))
-               as bucket
+    -- every line number a multi-line field may take: the continuation lines are then found by an equality
+    -- join on the line number (a range join over every line of a long log pairs each with each field)
+    select f.run_id, f.file, f.pid, f.sample_in_process, f.field,
+           unnest(range(f.line_no + 1, least(f.next_line_no, f.line_no + p.max_field_lines + 1))) as line_no
     from fields as f
     cross join params as p
     where f.field in ('prompt', 'response', 'ground_truth')
 ),
-continued as (
+continued as materialized (
     -- the continuation lines of multi-line fields: same file and process (the Ray prefix's pid; a line
-    -- without one has none), not a progress bar, a step line or W&B's own output
+    -- without one has none), not a progress bar, a step line or W&B's own output. Materialized: DuckDB
+    -- would push the `wandb: ` test below the join, two regex replacements on every line of the log
     select f.run_id, f.file, f.pid, f.sample_in_process, f.field, l.line_no,
            regexp_replace(regexp_replace(l.text, '^\([^()]*pid=\d+[^()]*\) ?', ''),
                           '\s*\[repeated \d+x across cluster\]$', '') as body
     from field_span as f
     join log_lines as l
-      on l.run_id = f.run_id and l.file = f.file and l.line_no // 64 = f.bucket
-     and l.pid is not distinct from f.pid and l.line_no > f.line_no and l.line_no < f.end_line_no
+      on l.run_id = f.run_id and l.file = f.file and l.line_no = f.line_no and l.pid is not distinct from f.pid
     where list_contains($run_ids, l.run_id) and l.kind not in ('progress', 'step_metrics')
 ),
 field_text as (
