@@ -15,10 +15,18 @@ lines as not materialized (
     from log_lines
     where list_contains($run_ids, run_id)
 ),
+picked as materialized (
+    -- every line the checks below read by its text (config lines, memory lines, what the rollout engine
+    -- printed of its settings), in one scan of the text: each scan of a 300 MB log's text costs ~0.5 s
+    select run_id, file, line_no, kind, pid, step, text
+    from lines
+    where case kind when 'config' then true when 'memory' then contains(text, 'memory allocated (GB)')
+                    else contains(text, 'tensor_parallel_size') or contains(text, 'kwargs: {') end
+),
 config_line as (
     -- first config line naming a setting, as evidence for findings about that setting
     select run_id, setting, arg_min(file, line_no) as file, min(line_no) as line_no, arg_min(text, line_no) as text
-    from lines
+    from picked
     cross join (values ('gpu_memory_utilization'), ('ppo_mini_batch_size'), ('tensor_model_parallel_size'),
                        ('train_batch_size'), ('ppo_micro_batch_size_per_gpu'), ('grad_clip'), ('use_kl_loss'),
                        ('clip_ratio'), ('save_freq'))
@@ -32,11 +40,10 @@ memory_lines as (
         -- the head names the call site ("After building vllm rollout"): drop prefix and log-level stamp
         trim(regexp_replace(split_part(text, ', memory allocated', 1),
                             '^(\([^)]*\))?\s*((DEBUG|INFO|WARNING):[0-9-]+ [0-9:,]+:)?', '')) as head,
-        case when contains(text, 'memory allocated (GB)') then
-            try_cast(regexp_extract(text, 'memory allocated \(GB\): ([0-9.]+)', 1) as double) end as allocated_gb,
+        try_cast(regexp_extract(text, 'memory allocated \(GB\): ([0-9.]+)', 1) as double) as allocated_gb,
         try_cast(regexp_extract(text, 'memory reserved \(GB\): ([0-9.]+)', 1) as double) as reserved_gb
-    from lines
-    where kind = 'memory' and contains(text, 'memory allocated (GB)')
+    from picked
+    where kind = 'memory'
 ),
 memory_spread as (
     -- the same memory-line head at the same step on different workers should show the same memory
@@ -68,13 +75,10 @@ logged_tp as (
     -- what the rollout engine was actually started with (vLLM server args / engine config)
     select
         l.run_id, l.file, l.line_no, l.text,
-        -- `case` keeps the cheap `contains` first when DuckDB pushes `tp is not null` into the scan
-        case when contains(l.text, 'tensor_parallel_size') then try_cast(regexp_extract(
-            l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?(\d+)', 1) as bigint) end as tp
-    from lines as l
-    where l.kind <> 'config' and contains(l.text, 'tensor_parallel_size')
-      -- `\b` keeps out Megatron's expert_tensor_parallel_size, which is the trainer's, not the rollout's
-      and regexp_matches(l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?\d+')
+        try_cast(regexp_extract(l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?(\d+)', 1) as bigint) as tp
+    from picked as l
+    -- `\b` keeps out Megatron's expert_tensor_parallel_size, which is the trainer's, not the rollout's
+    where l.kind <> 'config' and regexp_matches(l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?\d+')
 ),
 tp_mismatch as (
     select
@@ -91,11 +95,9 @@ logged_n as (
     -- the old sync rollout prints its sampling kwargs, whose `n` is the rollout n it samples with
     select
         l.run_id, l.file, l.line_no, l.text,
-        case when contains(l.text, 'kwargs: {') then
-            try_cast(regexp_extract(l.text, '[''"]n[''"]:\s*(\d+)', 1) as bigint) end as n
-    from lines as l
-    where l.kind <> 'config' and contains(l.text, 'kwargs: {')
-      and regexp_matches(l.text, 'kwargs: \{.*[''"]n[''"]:\s*\d+')
+        try_cast(regexp_extract(l.text, '[''"]n[''"]:\s*(\d+)', 1) as bigint) as n
+    from picked as l
+    where l.kind <> 'config' and regexp_matches(l.text, 'kwargs: \{.*[''"]n[''"]:\s*\d+')
 ),
 n_mismatch as (
     select
