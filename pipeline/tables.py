@@ -97,7 +97,8 @@ TABLES = (
         ),
     ),
     Table(
-        "run_summary", "derived", "sql", ("runs", "log_lines", "step_phases", "step_health", "run_events"),
+        "run_summary", "derived", "sql",
+        ("runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events"),
         ("run_id", "failure_class", "last_step", "expected_steps", "root_cause_file", "root_cause_line_no",
          "root_cause_text", "bottleneck_phase", "failure_phase", "stop_reason", "hang_reason"),
         "One row per run: failure class, last step, root cause line, bottleneck, goodput.",
