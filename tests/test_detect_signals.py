@@ -198,3 +198,16 @@ def test_a_share_that_never_changes_makes_any_change_news():
     z = signal_z(long_rows("r", {"response/aborted_ratio": aborted, "critic/vf_clipfrac": clipped}))
     assert (z_of(z, "response/aborted_ratio").loc[71:74] > 4).all()
     assert z_of(z, "critic/vf_clipfrac").abs().max() < 4
+
+
+def test_a_slow_climb_that_falls_back_is_off_at_its_top():
+    """Host memory climbing 15% over 8 steps (about 2% a step, inside its 1-2% step-to-step swings),
+    then back to its level: the top of the climb is off on two steps running (its own steep past
+    does not excuse it), the steps around it are not."""
+    rng = np.random.default_rng(7)
+    values = 320 * rng.lognormal(0, 0.012, 80)
+    values[40:48] *= 1 + 0.15 * np.arange(1, 9) / 8
+    z = signal_z(long_rows("r", {"perf/cpu_memory_used_gb": values}))
+    zs = pd.Series(z["zs"].to_numpy(), index=z["step"].to_numpy())
+    assert zs.loc[47:48].min() > 3
+    assert zs.drop(range(41, 50)).abs().max() < 3

@@ -106,7 +106,7 @@ def _window(arr: np.ndarray, parts) -> np.ndarray:
 
 
 def local_line(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray, gap: int = 0,
-               side: str = "both", sums: LineSums | None = None):
+               side: str = "both", sums: LineSums | None = None, slope: bool = False):
     """The least-squares line through the HALF_WINDOW clean rows on `side` of each row ("both",
     "before" or "after"), read at the row, with its prediction standard error in units of the noise.
 
@@ -115,7 +115,8 @@ def local_line(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.nda
     sqrt(1 + 1/n + (x - xbar)^2 / Sxx) of the window's line: about 1.05 in the middle of a series,
     larger where the line is extrapolated (a series' first and last rows, a one-sided line, next to
     a masked stretch), so residuals there count for less. Both are NaN with fewer than MIN_PERIODS
-    clean rows. `sums` (LineSums of the same values and mask) saves recomputing them.
+    clean rows. `sums` (LineSums of the same values and mask) saves recomputing them. With `slope`,
+    the line's slope (per row) is returned third.
     """
     s = sums or LineSums(values, clean, g0, g1)
     h = HALF_WINDOW
@@ -149,6 +150,9 @@ def local_line(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.nda
     few = c0 < MIN_PERIODS
     level[few] = np.nan
     factor[few] = np.nan
+    if slope:
+        t1[few] = np.nan
+        return level, factor, t1
     return level, factor
 
 

@@ -53,6 +53,7 @@ MASK_Z = 3.0  # |z| above which a row is kept out of the baseline
 # for the named channels (features.TAIL_Q).
 TAIL_Q, TAIL_Z = 0.9, 1.6449
 FIRST_PASS_GAP = 2  # neighbours on each side the masking line leaves out
+STEEPER = 0.05  # noise units per row a past line may be steeper than the two-sided one and still excuse a row
 PAST_FACTOR = 1.5  # the largest error factor (levels.local_line) of a past line that may excuse a row
 MIN_SERIES = 12  # a series with fewer finite values has no baseline to speak of: its z is 0
 Z_CLIP = 30.0
@@ -261,7 +262,7 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
         clean &= ~(np.abs(y - base) > MASK_Z * sigma * factor)
     clean = _enough(clean, finite, starts, sizes)
     sums = LineSums(y, clean, g0, g1)
-    base, factor = local_line(y, clean, g0, g1, sums=sums)
+    base, factor, slope = local_line(y, clean, g0, g1, sums=sums, slope=True)
     # The two-sided line straddles a lasting change of level: the healthy rows just before it would
     # look off against a line half on the new level. A row is as far off as the nearer of that line
     # and the line through its own past, which also keeps the rows after an episode from being judged
@@ -269,9 +270,13 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
     # far from their own past (the healthy rows before a change are not), skips the two nearest rows
     # so that a stretch's first rows cannot excuse the next ones, and counts only where it is about
     # as well determined as the two-sided line: one stretched from a few distant rows excuses anything.
-    past, past_factor = local_line(y, finite & ~off_past, g0, g1, FIRST_PASS_GAP, "before")
+    # Nor does a past line steeper than the two-sided one excuse a row: a slow climb (a leak) moves
+    # each step within the noise, so its own past follows it and would excuse its top; the healthy
+    # rows before a change of level have a flat past and a two-sided line tilted by the change.
+    past, past_factor, past_slope = local_line(y, finite & ~off_past, g0, g1, FIRST_PASS_GAP, "before", slope=True)
     with np.errstate(invalid="ignore"):
         use_past = (np.abs(y - past) / past_factor < np.abs(y - base) / factor) & (past_factor <= PAST_FACTOR)
+        use_past &= np.abs(past_slope) <= np.abs(slope) + STEEPER * sigma
     base, factor = np.where(use_past, past, base), np.where(use_past, past_factor, factor)
     short = _group_reduce(finite.astype(np.int64), starts, sizes, "sum") < MIN_SERIES
     base = np.where(short, np.nan, base)
