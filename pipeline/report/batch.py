@@ -1,8 +1,10 @@
 """Many run reports at once: in this process, or spread over worker processes for a large batch.
 
-A short run's report costs about 70 ms of CPU (reading its tables, SVG charts, the template); a spawned
-worker first spends seconds importing the pipeline, so processes pay off only for large batches
-(benchmarks/RESULTS.md, "Report charts": 40 runs are faster in one process, 200 faster in two).
+The runs' tables are read from the warehouse once per batch, in one statement per table, and held in memory
+while their reports are written (`warehouse.preloaded`); a report then costs its queries on that copy, its
+log lines, the SVG charts and the template. A spawned worker first spends seconds importing the pipeline, so
+processes pay off only for large batches (benchmarks/RESULTS.md, "Report charts": 40 runs are faster in one
+process, 200 faster in two).
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from pipeline.report import signals
 from pipeline.report.render import render_run_report
+from pipeline.report.warehouse import preloaded
 
 # Below this many runs, starting worker processes costs more than it saves (measured crossover ~120 runs).
 MIN_RUNS_FOR_POOL = 120
+# Runs whose tables one process holds in memory at once
+MAX_BATCH = 100
 
 
 def render_run_reports(
@@ -24,8 +30,18 @@ def render_run_reports(
     """Render the report of every run in `run_ids`, in parallel when there are enough of them."""
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(run_ids) < MIN_RUNS_FOR_POOL:
-        return [render_run_report(warehouse, rid, reports_dir) for rid in run_ids]
+        return [p for chunk in _chunks(run_ids, MAX_BATCH) for p in _render_batch(warehouse, chunk, reports_dir)]
+    size = min(MAX_BATCH, -(-len(run_ids) // workers))
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(render_run_report, warehouse, rid, reports_dir) for rid in run_ids]
-        return [f.result() for f in futures]
+        futures = [pool.submit(_render_batch, warehouse, chunk, reports_dir) for chunk in _chunks(run_ids, size)]
+        return [p for f in futures for p in f.result()]
+
+
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _render_batch(warehouse: str | Path, run_ids: list[str], reports_dir: str | Path) -> list[Path]:
+    with preloaded(warehouse, run_ids, lambda con, run_id: signals.earlier_peers(con, run_id).run_ids):
+        return [render_run_report(warehouse, rid, reports_dir) for rid in run_ids]

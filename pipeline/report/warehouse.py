@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,21 +18,100 @@ import numpy as np
 from pipeline import lake
 
 _DATABASES: dict[int, duckdb.DuckDBPyConnection] = {}
+# Read from the run's own partition even in a preloaded batch: a batch's every log line is too much to hold,
+# and a report reads a few of them.
+READ_IN_PLACE = ("log_lines",)
+# The rows of a table a run report reads, where it reads only some (a preloaded batch holds only those).
+REPORT_ROWS = {"step_metrics": "key like 'val-core/%'"}
+_BATCH_NAMES = itertools.count()
+
+
+@dataclass(frozen=True)
+class _Batch:
+    warehouse: Path
+    database: str  # the attached in-memory database that holds the batch's rows
+    run_ids: frozenset[str]  # the runs whose rows it holds: the batch's and their earlier peers'
+    columns: dict[str, list[str]] = field(default_factory=dict)  # of its tables, as reports ask for them
+
+
+_BATCHES: dict[int, _Batch] = {}
+# The connections on a preloaded batch, with the columns of the batch's tables (a duckdb_columns() scan costs
+# ~1.4 ms, and a report asks about twenty times); a connection leaves when its views change.
+_BATCH_COLUMNS: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, dict[str, list[str]]] = (
+    weakref.WeakKeyDictionary())
 
 
 def connect(warehouse: str | Path, run_ids: list[str]) -> duckdb.DuckDBPyConnection:
     """A connection with a view per warehouse table, per-run ones holding only `run_ids` (fleet tables whole),
     on this process's one in-memory DuckDB database: opening a database starts its threads (about 20 ms of
-    CPU, and more wall time on a busy machine), a connection to an open one costs under a millisecond."""
+    CPU, and more wall time on a busy machine), a connection to an open one costs under a millisecond.
+
+    Inside `preloaded(...)` for these runs, the tables are the batch's copies in memory (log_lines aside)."""
     con = _database().cursor()
-    add_views(con, warehouse, run_ids)
+    batch = _batch_holding(warehouse, run_ids)
+    if batch is None:
+        add_views(con, warehouse, run_ids)
+    else:
+        con.execute(f"use {batch.database}")
+        _add_views(con, warehouse, run_ids, READ_IN_PLACE)
+        _BATCH_COLUMNS[con] = batch.columns
     return con
 
 
 def add_views(con: duckdb.DuckDBPyConnection, warehouse: str | Path, run_ids: list[str]) -> None:
-    """Point the view of every warehouse table on `con` at the partitions of `run_ids` (fleet tables whole)."""
-    for table, src in lake.present_tables(warehouse, run_ids).items():
-        con.execute(f"create or replace temp view {table} as select * from {src}")
+    """Point the view of every warehouse table on `con` at the partitions of `run_ids` (fleet tables whole);
+    nothing to do inside `preloaded(...)` when the batch holds these runs."""
+    if _batch_holding(warehouse, run_ids) is None:
+        _add_views(con, warehouse, run_ids)
+
+
+def _add_views(con: duckdb.DuckDBPyConnection, warehouse: str | Path, run_ids: list[str],
+               only: tuple[str, ...] | None = None) -> None:
+    _BATCH_COLUMNS.pop(con, None)
+    for table in lake.names() if only is None else only:
+        src = lake.table_source(warehouse, table, run_ids)
+        if src is not None:
+            con.execute(f"create or replace temp view {table} as select * from {src}")
+
+
+def _batch_holding(warehouse: str | Path, run_ids: list[str]) -> _Batch | None:
+    batch = _BATCHES.get(os.getpid())
+    if batch is None or batch.warehouse != Path(warehouse) or not batch.run_ids.issuperset(run_ids):
+        return None
+    return batch
+
+
+@contextmanager
+def preloaded(warehouse: str | Path, run_ids: list[str],
+              peers_of: Callable[[duckdb.DuckDBPyConnection, str], list[str]]) -> Iterator[None]:
+    """Within it, `connect` for any of `run_ids` reads their tables from one copy in memory, read from the
+    warehouse in one statement per table, instead of binding every table's Parquet files per report.
+
+    The copy holds the fleet tables, then the per-run tables' rows of `run_ids` and of the runs that
+    `peers_of(con, run_id)` names (a report compares its run with them), log_lines aside (READ_IN_PLACE) and
+    only REPORT_ROWS of the tables listed there.
+    """
+    run_ids = [lake.check_run_id(r) for r in run_ids]
+    name = f"report_batch_{os.getpid()}_{next(_BATCH_NAMES)}"
+    con = _database().cursor()
+    con.execute(f"attach ':memory:' as {name}")
+    try:
+        con.execute(f"use {name}")
+        present = lake.present_tables(warehouse, run_ids)
+        per_run = set(lake.per_run_tables())
+        for table in present.keys() - per_run:
+            con.execute(f"create table {table} as select * from {present[table]}")
+        held = list(dict.fromkeys([*run_ids, *(p for rid in run_ids for p in peers_of(con, rid))]))
+        for table in (per_run & present.keys()) - set(READ_IN_PLACE):
+            src = lake.table_source(warehouse, table, held)
+            con.execute(f"create table {table} as select * from {src} where {REPORT_ROWS.get(table, 'true')}")
+        _BATCHES[os.getpid()] = _Batch(Path(warehouse), name, frozenset(held))
+        yield
+    finally:
+        _BATCHES.pop(os.getpid(), None)
+        con.execute("use memory")
+        con.execute(f"detach {name}")
+        con.close()
 
 
 def _database() -> duckdb.DuckDBPyConnection:
@@ -40,11 +124,18 @@ def _database() -> duckdb.DuckDBPyConnection:
 
 def columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
     """Columns of a warehouse view, or [] if the table is not in the warehouse."""
+    cache = None if table in READ_IN_PLACE else _BATCH_COLUMNS.get(con)
+    if cache is not None and table in cache:
+        return cache[table]
     found = con.execute(
-        "select column_name from duckdb_columns() where table_name = $table order by column_index",
+        "select column_name from duckdb_columns() where table_name = $table "
+        "and database_name in (current_database(), 'temp') order by column_index",
         {"table": table},
     ).fetchall()
-    return [name for (name,) in found]
+    names = [name for (name,) in found]
+    if cache is not None:
+        cache[table] = names
+    return names
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
@@ -91,7 +182,10 @@ def series(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> dict[str,
     out = {}
     for name, arr in raw.items():
         if arr.dtype.kind in "iufb":
-            out[name] = np.ma.filled(np.ma.asarray(arr).astype(float), np.nan)
+            values = np.asarray(np.ma.getdata(arr), dtype=float)
+            if np.ma.isMaskedArray(arr):
+                values[np.ma.getmaskarray(arr)] = np.nan
+            out[name] = values
         else:
             out[name] = np.asarray(arr, dtype=object)
     return out

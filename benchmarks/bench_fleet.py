@@ -1,0 +1,122 @@
+"""The whole `verl-health analyze` of a fleet of runs, side by side with the hand-written parse of its logs.
+
+Issue #14's fleet target: `analyze` of a simulated fleet (`verl-health simulate --runs 100 --seed 11`),
+every report included, within 3x of the hand-written parse (`baseline_handwritten.py`: Python `re` per line
+-> pandas -> CSV) of the same logs. The baseline reads plain files, so every file of every run (train log,
+Ray worker logs, metrics JSONL, W&B files; `.tar.gz` members and `.gz` bodies unpacked) is first written out
+as plain text, untimed: the baseline gets the same bytes without paying for the archive formats.
+
+Each scenario runs `analyze` into a fresh warehouse and Dagster home, then the hand-written parse and
+DuckDB's `read_csv` of the same lines, each in its own subprocess (wall, CPU, peak RSS), and prints the
+ratios and the load average. `--real-copies N` adds the real-log fleet of `bench_real.py` (each shared log
+N times, 230 runs for N=10).
+
+Usage: python benchmarks/bench_fleet.py [--runs 100] [--seed 11] [--real-copies 0] [--repeat 1] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from bench_ingest import PY, REPO, measure
+from bench_real import DUCKDB_READ
+from bench_real import build_fleet as build_real_fleet
+
+# the command line of the checkout this script is in (a git worktree too), not the venv's installed one
+VERL_HEALTH = [PY, "-m", "pipeline.cli"]
+
+
+def simulated_fleet(cache: Path, runs: int, seed: int) -> Path:
+    """`verl-health simulate --runs N --seed S` into the cache (the simulator's bytes depend only on both)."""
+    out = cache / f"sim-{runs}-seed{seed}"
+    if not (out / "labels.json").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        subprocess.run([*VERL_HEALTH, "simulate", "--runs", str(runs), "--seed", str(seed), str(out)],
+                       check=True, stdout=subprocess.DEVNULL, cwd=REPO)
+    return out / "archive"
+
+
+def plain_logs(archive: Path, out: Path) -> list[Path]:
+    """Every file of every run in `archive` as a plain file under `out` (archives and gzip unpacked)."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def put(name: str, data: bytes) -> None:
+        target = out / name.replace("/", "__")
+        target.write_bytes(data)
+        written.append(target)
+
+    for entry in sorted(archive.iterdir()):
+        if entry.is_dir():
+            for path in sorted(p for p in entry.rglob("*") if p.is_file()):
+                put(str(path.relative_to(archive)), path.read_bytes())
+        elif entry.name.endswith((".tar.gz", ".tgz")):
+            with tarfile.open(entry) as tar:
+                for member in tar.getmembers():
+                    if member.isfile():
+                        put(member.name, tar.extractfile(member).read())
+        elif entry.name.endswith(".gz"):
+            with gzip.open(entry) as fh:
+                put(entry.name[: -len(".gz")], fh.read())
+        elif entry.is_file():
+            put(entry.name, entry.read_bytes())
+    return written
+
+
+def scenario(name: str, archive: Path, files: list[Path], scratch: Path) -> dict:
+    """`analyze` (fresh warehouse and Dagster home), the hand-written parse and DuckDB's read, with ratios."""
+    work = scratch / name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    load_before = os.getloadavg()[0]
+    ours = measure([*VERL_HEALTH, "analyze", str(archive), "--warehouse", str(work / "warehouse"),
+                    "--reports", str(work / "reports")])
+    hand = measure([PY, str(REPO / "benchmarks" / "baseline_handwritten.py"), str(work / "csv"), *map(str, files)])
+    duck = measure([PY, "-c", DUCKDB_READ, *map(str, files)])
+    reports = len(list((work / "reports").glob("runs/*.html")))
+    row = {"scenario": name, "runs": len(list(archive.iterdir())), "run reports": reports, "files": len(files),
+           "MB": round(sum(f.stat().st_size for f in files) / 2**20, 1)}
+    for label, m in (("analyze", ours), ("hand-written", hand), ("duckdb read", duck)):
+        row[f"{label} wall s / CPU s / MB RSS"] = f"{m['wall']:.1f} / {m['cpu']:.1f} / {m['rss_mb']:.0f}"
+    row["analyze time over hand-written (wall)"] = round(ours["wall"] / hand["wall"], 2)
+    row["analyze time over hand-written (CPU)"] = round(ours["cpu"] / hand["cpu"], 2)
+    row["analyze time over duckdb read (wall)"] = round(ours["wall"] / duck["wall"], 1)
+    row["load average (1 min) before / after"] = f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"
+    shutil.rmtree(work / "csv", ignore_errors=True)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "verl-health-bench-fleet")
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--real-copies", type=int, default=0, help="also the real-log fleet, each log N times")
+    ap.add_argument("--repeat", type=int, default=1, help="measure each scenario this many times")
+    ap.add_argument("--keep", type=Path, help="work folder to keep (warehouse, reports)")
+    args = ap.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    archives = [(f"simulated-{args.runs}", simulated_fleet(args.cache, args.runs, args.seed))]
+    if args.real_copies:
+        archives.append((f"real-{args.real_copies}x", build_real_fleet(args.cache, args.real_copies)))
+    scratch = args.keep or Path(tempfile.mkdtemp(dir=args.cache))
+    try:
+        for name, archive in archives:
+            files = plain_logs(archive, scratch / f"{name}-plain")
+            for _ in range(args.repeat):
+                row = scenario(name, archive, files, scratch)
+                print("\n".join(f"{key:40s} {v}" for key, v in row.items()), "\n", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

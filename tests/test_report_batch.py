@@ -1,0 +1,87 @@
+"""Run reports rendered as a batch (pipeline/report/batch.py): the batch's tables read once into memory, each
+report still showing its own run and its comparison with earlier runs outside the batch."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pyarrow as pa
+from report_fixtures import ROOT_CAUSES, RunSpec, build_warehouse, every_class_specs, parse_html, write_run
+
+from pipeline import lake
+from pipeline.report import warehouse
+from pipeline.report.batch import render_run_reports
+
+
+def _page(path):
+    return parse_html(path.read_text(encoding="utf-8"))
+
+
+def _val_metrics(values: dict[int, float]) -> pa.Table:
+    steps = sorted(values)
+    n = len(steps)
+    # a training metric beside each validation one: the batch keeps only what the report reads
+    return pa.table({"step": pa.array(steps * 2, pa.int64()),
+                     "key": ["val-core/openai/gsm8k/acc/mean@1"] * n + ["actor/entropy"] * n,
+                     "value": [values[s] for s in steps] * 2, "source": ["console"] * 2 * n,
+                     "segment": pa.array([0] * 2 * n, pa.int32())})
+
+
+def test_each_report_of_a_batch_shows_its_own_run(tmp_path):
+    """Every failure class in one batch: each page names its run's class, last step and root-cause line
+    (the line the fixture wrote: after the two header lines, the steps and four traceback lines)."""
+    specs = every_class_specs()
+    wh = build_warehouse(tmp_path / "wh", specs)
+    paths = render_run_reports(wh, [s.run_id for s in specs], tmp_path / "rep", workers=1)
+    assert [p.stem for p in paths] == [s.run_id for s in specs]
+    for spec, path in zip(specs, paths, strict=True):
+        doc = _page(path)
+        assert doc.find("section", id_="verdict").attrs["data-failure-class"] == spec.failure_class
+        assert doc.find(id_="last-step").text().split()[0] == str(spec.n_steps)
+        if spec.failure_class in ROOT_CAUSES and not spec.hostile:
+            line_no = 2 + spec.n_steps + 4
+            assert doc.find(id_="root-cause-location").text() == f"train.log:{line_no}"
+            lines = doc.find("pre", id_="root-cause-context").find_all("span", cls="ln")
+            assert [n.attrs["data-line"] for n in lines if "cause" in n.classes] == [str(line_no)]
+            numbers = [int(n.attrs["data-line"]) for n in lines]
+            assert numbers[0] < line_no < numbers[-1], "the log lines around the cause, read from log_lines"
+
+
+def test_a_batch_compares_its_run_with_earlier_runs_outside_it(tmp_path):
+    """A batch of one run whose config group's earlier runs are not in it: MFU 0.5 against 0.2 and 0.6 (median
+    0.4, ×1.25); validation accuracy first 0.6, last 0.2, best 0.6 against the earlier runs' last values 0.3 and
+    0.5 (median 0.4). The run on 4 GPUs per node (another config group, MFU 0.9) is not a peer."""
+    fleet = {  # run: MFU, end, validation accuracy by step, GPUs per node
+        "early": (0.2, datetime(2026, 11, 20), {10: 0.3}, 8),
+        "later": (0.6, datetime(2026, 11, 21), {10: 0.1, 20: 0.5}, 8),
+        "wider": (0.9, datetime(2026, 11, 22), {10: 0.9}, 4),
+        "latest": (0.5, datetime(2026, 11, 27), {10: 0.6, 20: 0.2}, 8),
+    }
+    wh = tmp_path / "wh"
+    for rid, (mfu, ended, accuracy, gpus) in fleet.items():
+        write_run(wh, RunSpec(run_id=rid, mfu_actor=mfu, ended_at=ended, n_gpus_per_node=gpus))
+        lake.write_run_table(wh, "step_metrics", rid, _val_metrics(accuracy))
+    build_warehouse(wh, [])
+    (path,) = render_run_reports(wh, ["latest"], tmp_path / "rep", workers=1)
+    doc = _page(path)
+    mfu = doc.find("table", id_="verl-signals").find("tr", data_key="perf/mfu/actor").find_all("td")
+    assert [td.text().split(" (")[0] for td in mfu[1:4]] == ["0.5", "0.4", "×1.25"]
+    val = doc.find("table", id_="validation").find("tr", data_source="openai/gsm8k").find_all("td")
+    assert [td.text().split(" (")[0] for td in val[2:6]] == ["0.6", "0.2", "0.6", "0.4"]
+
+
+def test_a_batch_ends_with_its_block(tmp_path):
+    """After a batch of warehouse a, a report of the same run id in warehouse b (run summary only, completed)
+    reads b: nothing of a's CUDA OOM and its events; and no batch is left holding tables."""
+    write_run(tmp_path / "a", RunSpec(run_id="same-id", failure_class="cuda_oom", n_steps=12, seed=1))
+    write_run(tmp_path / "b", RunSpec(run_id="same-id", failure_class="completed", n_steps=12, seed=1,
+                                      with_logs=False), only=("runs", "run_summary"))
+    (first,) = render_run_reports(tmp_path / "a", ["same-id"], tmp_path / "ra", workers=1)
+    (second,) = render_run_reports(tmp_path / "b", ["same-id"], tmp_path / "rb", workers=1)
+    assert 'data-failure-class="cuda_oom"' in first.read_text() and 'id="events"' in first.read_text()
+    text = second.read_text()
+    assert 'data-failure-class="completed"' in text and 'id="events"' not in text
+    assert warehouse._BATCHES == {}
+    attached = warehouse._database().execute("select database_name from duckdb_databases() "
+                                             "where database_name like 'report_batch%'").fetchall()
+    assert attached == []
