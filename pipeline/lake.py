@@ -275,15 +275,41 @@ def refresh_catalog(warehouse: str | Path) -> Path:
 
     The views name absolute paths: DuckDB resolves a relative path against the shell's working
     folder, so a catalog written with relative paths would open only from where it was written.
+    A view reads its files when queried, so a catalog whose views already read the present tables' files
+    is left as it is: creating a view over a table's every partition reads each file's footer.
     """
     warehouse = Path(warehouse).resolve()
     final = warehouse / CATALOG_FILE
+    sources = present_tables(warehouse)
+    if _catalog_sources(final) == sources:
+        return final
     tmp = warehouse / f".{CATALOG_FILE}.{uuid.uuid4().hex}.tmp"
     con = duckdb.connect(str(tmp))
     try:
-        for table, src in present_tables(warehouse).items():
+        for table, src in sources.items():
             con.execute(f"create or replace view {table} as select * from {src}")
+            # the source as written, to tell next time whether the view still reads what is present
+            con.execute(f"comment on view {table} is {_quote_text(src)}")
     finally:
         con.close()
     os.replace(tmp, final)
     return final
+
+
+def _quote_text(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _catalog_sources(catalog: Path) -> dict[str, str] | None:
+    """The source each view of an existing catalog was written with, or None when it cannot be read."""
+    if not catalog.is_file():
+        return None
+    try:
+        con = duckdb.connect(str(catalog), read_only=True)
+    except duckdb.Error:  # held open for writing by someone's shell, or not a catalog we wrote
+        return None
+    try:
+        found = con.execute("select view_name, comment from duckdb_views() where not internal").fetchall()
+    finally:
+        con.close()
+    return {name: comment for name, comment in found}

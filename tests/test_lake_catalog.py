@@ -1,0 +1,52 @@
+"""The warehouse's DuckDB catalog (`lake.refresh_catalog`): a view per present table, rewritten only when the
+set of tables changes."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from pipeline import lake
+
+
+def _views(wh) -> dict[str, int]:
+    con = duckdb.connect(str(wh / lake.CATALOG_FILE), read_only=True)
+    try:
+        names = [n for (n,) in con.execute("select view_name from duckdb_views() where not internal").fetchall()]
+        return {n: con.execute(f"select count(*) from {n}").fetchone()[0] for n in names}
+    finally:
+        con.close()
+
+
+def test_catalog_follows_new_runs_and_new_tables_and_is_left_alone_otherwise(tmp_path):
+    """One run of step_health (2 rows): a view of 2 rows. A second run (3 rows): the same file, now 5 rows.
+    A fleet table written since (1 row): the catalog is written again with its view."""
+    wh = tmp_path / "wh"
+    lake.write_run_table(wh, "step_health", "run-a", pa.table({"step": [1, 2]}))
+    catalog = lake.refresh_catalog(wh)
+    assert _views(wh) == {"step_health": 2}
+    first = catalog.stat()
+
+    lake.write_run_table(wh, "step_health", "run-b", pa.table({"step": [1, 2, 3]}))
+    lake.refresh_catalog(wh)
+    assert catalog.stat().st_ino == first.st_ino and catalog.stat().st_mtime_ns == first.st_mtime_ns
+    assert _views(wh) == {"step_health": 5}
+
+    lake.write_fleet_table(wh, "fleet_daily", pa.table({"day": ["2026-12-01"], "runs": [2]}))
+    lake.refresh_catalog(wh)
+    assert catalog.stat().st_ino != first.st_ino
+    assert _views(wh) == {"step_health": 5, "fleet_daily": 1}
+
+
+def test_a_catalog_held_open_for_writing_is_replaced(tmp_path):
+    """Someone's shell holding the catalog open read-write: the refresh cannot read it, and writes it anew."""
+    wh = tmp_path / "wh"
+    lake.write_run_table(wh, "step_health", "run-a", pa.table({"step": [1, 2]}))
+    lake.refresh_catalog(wh)
+    lake.write_fleet_table(wh, "fleet_daily", pa.table({"day": ["2026-12-01"], "runs": [1]}))
+    holder = duckdb.connect(str(wh / lake.CATALOG_FILE))
+    try:
+        lake.refresh_catalog(wh)
+    finally:
+        holder.close()
+    assert _views(wh) == {"step_health": 2, "fleet_daily": 1}
