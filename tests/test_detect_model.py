@@ -197,6 +197,14 @@ def test_a_transient_only_fades(opening_z, later_z, flagged):
     assert list(result.loc[result["is_anomaly"], "step"]) == flagged
 
 
+def test_an_episode_from_step_3_is_not_the_opening():
+    """In line at steps 1-2, then off from step 3 to 7: the run starts off because of the episode, which
+    is no transient of the run's start (its first two steps were quiet)."""
+    frame = _steps(sig_top=([3, 4, 5, 6, 7], 9.0, 1.0))
+    result = decide(frame, FixedScores(np.where(frame["step"].isin([3, 4, 5, 6, 7]), 0.9, 0.3)))
+    assert list(result.loc[result["is_anomaly"], "step"]) == [3, 4, 5, 6, 7]
+
+
 @pytest.mark.parametrize("family, kept", [("timing", False), ("critic", True)])
 def test_a_stretch_next_to_a_named_episode_on_its_signals_is_that_episode(family, kept):
     """A gen slowdown at steps 24-26, then two unusual steps no rule names: its run-down when timing

@@ -9,6 +9,9 @@ import numpy as np
 OPENING_STEPS, OPENING_SHARE = 10, 0.05
 OPENING_MAX_SHARE = 0.1  # a run still unsettled past this share of its steps is judged all the same
 SETTLED_STEPS = 3  # steps in a row where nothing moved: the run has settled
+# a transient is as strong as the run's first two steps were: an episode from step 3 makes the run start
+# off, but is not its transient
+ENVELOPE_STEPS = 2
 
 
 def run_starts(runs: np.ndarray) -> np.ndarray:
@@ -44,21 +47,21 @@ def opening(runs: np.ndarray, moved: np.ndarray, strength: np.ndarray | None = N
     the first validations precede learning) that is off from the first step and settles, in some
     runs over dozens of steps; a run that starts in line has no such excuse for what comes next.
     With `strength` (how far the row is off), a transient only fades: a row further off than the
-    run's first three rows were is something new, not part of it."""
+    run's first ENVELOPE_STEPS rows were is something new, not part of it."""
     new = run_starts(runs)
     starts = np.flatnonzero(new)
     sizes = np.diff(np.r_[starts, len(runs)])
     position = np.arange(len(runs)) - np.repeat(starts, sizes)
     run_no = np.repeat(np.arange(len(starts)), sizes)
-    first = position < 3
-    starts_off = np.bincount(run_no, weights=(moved & first).astype(float), minlength=len(starts)) > 0
+    starts_off = np.bincount(run_no, weights=(moved & (position < 3)).astype(float), minlength=len(starts)) > 0
     settled = np.minimum.reduceat(np.where(_quiet_ahead(runs, moved), position, len(runs)), starts) if len(runs) else sizes
     least = np.maximum(OPENING_STEPS, OPENING_SHARE * sizes)
     window = np.clip(settled, least, np.maximum(least, OPENING_MAX_SHARE * sizes))
     out = np.repeat(starts_off, sizes) & (position < np.repeat(window, sizes))
     if strength is not None and len(runs):
         envelope = np.full(len(starts), -np.inf)
-        np.maximum.at(envelope, run_no[first], np.nan_to_num(strength[first], nan=-np.inf))
+        lead = position < ENVELOPE_STEPS
+        np.maximum.at(envelope, run_no[lead], np.nan_to_num(strength[lead], nan=-np.inf))
         out &= ~(strength > envelope[run_no])
     return out
 
