@@ -7,14 +7,17 @@ with patterns(priority, event_class, pattern) as (
         (10, 'hydra_wrapper', 'Error executing job with overrides|HYDRA_FULL_ERROR'),
         (11, 'unhandled_ray_error', 'Unhandled error \(suppress with'),
         (12, 'ray_task_error', 'RayTaskError'),
-        (13, 'traceback', '^\s*Traceback \(most recent call last\)'),
-        (14, 'traceback_frame', '^\s*File "[^"]*", line \d+'),
+        -- Python 3.11's exception groups (an agent loop's task group): their `| `-indented sub-exceptions are the cause
+        (12, 'exception_group', '^[\s|+-]*(Base)?ExceptionGroup\b|Exception Group Traceback'),
+        (13, 'traceback', '^[\s|]*Traceback \(most recent call last\)'),
+        (14, 'traceback_frame', '^[\s|]*File "[^"]*", line \d+'),
         (15, 'chained_exception', 'During handling of the above exception|The above exception was the direct cause'),
         -- source lines and carets under a frame, and the tab-indented details of a Ray error
-        (16, 'traceback_code', '^\s{4,}\S|^\s*\^+\s*$|^\t'),
+        (16, 'traceback_code', '^\s{4,}[^\s|]|^[\s|]{4,}\s{4}\S|^\s*\^+\s*$|^\t'),
         -- specific causes
         (20, 'host_oom_killed', 'ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)|Out of memory: Kill(ed)? process|oom-kill|Memory cgroup out of memory'),
-        (21, 'cuda_oom', 'CUDA out of memory|OutOfMemoryError: CUDA|cuda error: out of memory|CUresult error: \d+ \(out of memory\)|CUDA error: out of memory|torch(\.cuda)?\.OutOfMemoryError'),
+        (21, 'cuda_oom', '(CUDA|HIP|NPU|XPU) out of memory|OutOfMemoryError: CUDA|[Cc][Uu][Dd][Aa] [Ee]rror: out of memory|CUresult error: \d+ \(out of memory\)|torch(\.cuda)?\.OutOfMemoryError'
+                      '|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation'),
         (22, 'device_oom', 'Ran out of memory in memory space hbm|RESOURCE_EXHAUSTED|HBM OOM'),
         (23, 'nccl_timeout', 'Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|NCCL.{0,40}time(d)? ?out|taking the entire process down'),
         (24, 'nccl_error', 'NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|DistBackendError|ProcessGroupNCCL'),
@@ -32,14 +35,18 @@ with patterns(priority, event_class, pattern) as (
         (46, 'disk_pressure', 'is over \d+% full'),
         -- stopped on purpose or by a scheduler (the class names the stop_reason)
         (50, 'keyboard_interrupt', 'KeyboardInterrupt|[Rr]eceived SIGINT|\(SIGINT\)|Signals\.SIGINT'),
-        (50, 'time_limit', 'DUE TO TIME LIMIT|State: TIMEOUT|[Tt]ime limit (reached|exceeded)'),
+        -- SLURM, PBS's walltime, LSF's run limit
+        (50, 'time_limit', 'DUE TO TIME LIMIT|State: TIMEOUT|[Tt]ime limit (reached|exceeded)|PBS: job killed: walltime|TERM_RUNLIMIT'),
         (51, 'cancelled', 'CANCELLED AT|DUE TO PREEMPTION|DUE TO JOB REQUEUE|DUE TO NODE FAILURE|State: CANCELLED|[Kk]illed by (the )?scheduler|[Ee]victed'),
         -- torch elastic's SignalException: run_summary tells SIGINT (2) from SIGTERM (15) by the original text
         (52, 'sigterm', 'SIGTERM received|[Rr]eceived SIGTERM|Signals\.SIGTERM|got signal: \d|^Terminated\s*$|: line \d+: +\d+ Terminated\b|\(SIGTERM\)'),
         (53, 'killed_by_signal', 'SIGKILL|SIGSEGV|SIGABRT|SIGBUS|Segmentation fault|Fatal Python error|[Kk]illed by signal|terminate called after throwing'),
         (55, 'timeout', 'GetTimeoutError|TimeoutError|DeadlineExceeded|timed out|[Tt]imeout expired'),
         (58, 'import_error', '(ModuleNotFoundError|ImportError)\b|undefined symbol'),
-        (60, 'python_exception', '^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?:\([\w.]*\))?(?::|\s*$)'),
+        -- Hydra refusing the command line's overrides: a config error, printed without a Python exception
+        (59, 'config_error', 'Could not override ''|Key ''[^'']*'' is not in struct|Error merging override|Could not append to config'
+                             '|Could not load ''[^'']*''|Missing mandatory value|LexerNoViableAltException|mismatched input ''.*'' expecting'),
+        (60, 'python_exception', '^[\s|]*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?:\([\w.]*\))?(?::|\s*$)'),
         -- known noise
         (70, 'ray_metrics_exporter', 'metrics exporter agent|Failed to establish connection to the metrics exporter'),
         (71, 'kv_cache_preemption', 'is preempted by PreemptionMode'),
@@ -47,22 +54,33 @@ with patterns(priority, event_class, pattern) as (
 ),
 lines as (
     select
-        run_id, file, line_no, kind, component, pid, segment, step, phase_hint, ts, text,
+        * exclude (component),
+        coalesce(component, nullif(regexp_extract(text, '^' || k8s_ts || '\(([^\s()=,]+) pid=', 1), '')) as component,
         -- the Ray prefix is already in `component`; match on the message itself, indentation kept
-        regexp_replace(text, '^\([^)]*\) ?', '') as body,
-        -- fatal signals, scheduler stops and Ray's dead-worker notice do not read like errors
-        regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|: line \d+: +\d+ Terminated\b|State: (TIMEOUT|CANCELLED)'
-                             '|Fatal Python error|terminate called after throwing|Signals\.SIG') as notable
-    from log_lines
-    where list_contains($run_ids, run_id)
-      and (kind in ('error', 'warning') or phase_hint is not null or ts is not null
-           -- LIKE first: a regex over every line of a big log costs seconds
-           or ((text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
-                or text like 'Terminated%' or text like '%: line %Terminated%'
-                or text like '%State: %' or text like '%Fatal Python error%'
-                or text like '%terminate called after throwing%' or text like '%Signals.SIG%')
-               and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|: line \d+: +\d+ Terminated\b|State: (TIMEOUT|CANCELLED)'
-                                        '|Fatal Python error|terminate called after throwing|Signals\.SIG')))
+        regexp_replace(regexp_replace(text, '^' || k8s_ts, ''), '^\([^)]*\) ?', '') as body
+    from (
+        select
+            run_id, file, line_no, kind, component, pid, segment, step, phase_hint, ts, text,
+            -- a container runtime's stamp before everything else (`kubectl logs --timestamps`)
+            '\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ' as k8s_ts,
+            -- fatal signals, scheduler stops, Ray's dead-worker notice and Hydra's refusals do not read like
+            -- errors, nor do device allocators' failures. LIKE first: a regex over every line of a big log costs seconds
+            (text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
+             or text like '%Terminated%' or text like '%State: %' or text like '%Fatal Python error%'
+             or text like '%terminate called after throwing%' or text like '%Signals.SIG%'
+             or text like '%PBS: job killed%' or text like '%TERM_RUNLIMIT%' or text like '%Could not %'
+             or text like '%is not in struct%' or text like '%Missing mandatory value%'
+             or text like '%LexerNoViableAlt%' or text like '%mismatched input%' or text like '%out of memory%')
+            and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|: line \d+: +\d+ Terminated\b'
+                                     '|State: (TIMEOUT|CANCELLED)|Fatal Python error|terminate called after throwing|Signals\.SIG'
+                                     '|PBS: job killed|TERM_RUNLIMIT|Could not (override|append to config|load) '''
+                                     '|is not in struct|Missing mandatory value|LexerNoViableAlt|mismatched input'
+                                     -- an allocator's own message: `cuda error: out of memory at ...cumem_allocator.cpp`
+                                     '|(?i:(cuda|curesult) error:? .*out of memory)') as notable
+        from log_lines
+        where list_contains($run_ids, run_id)
+    )
+    where kind in ('error', 'warning') or phase_hint is not null or ts is not null or notable
 ),
 ordered as (
     select
@@ -94,6 +112,10 @@ engine_blocks as (
         bool_or(phase_hint = 'ref' or contains(body, 'ref_policy')) over (
             partition by run_id, file, pid, block order by line_no
             rows between unbounded preceding and current row) as in_ref,
+        -- a frame of the trainer's `_validate`: whatever it called (generation, the reward function) was validation
+        bool_or(suffix(rtrim(body), ' in _validate') and contains(body, 'File "')) over (
+            partition by run_id, file, pid, block order by line_no
+            rows between unbounded preceding and current row) as in_validate,
         -- the block's frames run inside the rollout engine's own package: its errors are engine errors
         bool_or(regexp_matches(body, 'File "[^"]*/(vllm|sglang)/|Scheduler hit an exception|EngineCore encountered'))
             over (partition by run_id, file, pid, block order by line_no
@@ -101,7 +123,8 @@ engine_blocks as (
     from blocks
 ),
 events as (
-    select *, case when block_phase = 'old_log_prob' and in_ref then 'ref' else block_phase end as traceback_phase
+    select *, case when in_validate then 'testing' when block_phase = 'old_log_prob' and in_ref then 'ref'
+                   else block_phase end as traceback_phase
     from engine_blocks
     where kind in ('error', 'warning') or notable
 ),
@@ -139,7 +162,7 @@ select
         when e.in_engine and e.block > 0 and c.event_class in ('python_exception', 'nccl_error',
             'illegal_memory_access', 'timeout') then 'vllm_engine_error'
         when c.event_class = 'python_exception' then 'python_exception:' || regexp_extract(
-            e.body, '^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit))', 1)
+            e.body, '^[\s|]*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit))', 1)
         when c.event_class = 'ray_task_error' and regexp_matches(e.body, 'RayTaskError\((\w+)\)')
             then 'ray_task_error:' || regexp_extract(e.body, 'RayTaskError\((\w+)\)', 1)
         else coalesce(c.event_class, e.kind || '_other')

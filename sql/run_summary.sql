@@ -11,9 +11,12 @@ with failure_map(event_class, failure_class, tier, rank) as (
         ('nccl_timeout', 'nccl_timeout', 1, 1), ('distributed_init_error', 'nccl_timeout', 1, 2),
         ('vllm_engine_error', 'vllm_engine_error', 1, 1), ('engine_traceback', 'vllm_engine_error', 1, 2),
         ('nan', 'nan_divergence', 2, 1),
-        ('import_error', 'python_exception', 3, 1),
+        ('import_error', 'python_exception', 3, 1), ('config_error', 'python_exception', 3, 1),
         ('python_exception', 'python_exception', 3, 2), ('timeout', 'python_exception', 3, 2),
-        ('disk_full', 'python_exception', 3, 2), ('nccl_error', 'python_exception', 3, 2),
+        ('disk_full', 'python_exception', 3, 2),
+        -- NCCL failing outright (a system or network error) is distributed communication failing too; in the
+        -- tier of other errors, since a rank's own exception makes its peers' collectives fail after it
+        ('nccl_error', 'nccl_timeout', 3, 2),
         ('illegal_memory_access', 'python_exception', 3, 2),
         ('actor_died', 'ray_actor_died', 3, 1), ('killed_by_signal', 'ray_actor_died', 3, 1),
         ('worker_died', 'ray_actor_died', 3, 2),
@@ -21,6 +24,7 @@ with failure_map(event_class, failure_class, tier, rank) as (
         ('driver_signal', 'unknown', 3, 1),
         ('actor_unavailable', 'ray_actor_died', 3, 2),
         ('ray_task_error', 'python_exception', 5, 3), ('unhandled_ray_error', 'python_exception', 5, 3),
+        ('exception_group', 'python_exception', 5, 3),
         ('hydra_wrapper', 'unknown', 6, 3)
 ),
 params as (
@@ -42,7 +46,7 @@ marked as materialized (
     select run_id, file, line_no, segment, text
     from lines
     where text like '%Final validation metrics%' or contains(text, 'succeeded') or contains(text, 'State: COMPLETED')
-       or text like '%CPU Efficiency:%' or text like '%local_global_step_folder%'
+       or text like '%CPU Efficiency:%' or text like '%local_global_step_folder%' or text like '%epoch %, step %'
 ),
 files as (
     -- each file of a run; a logger's side file (a W&B run's config or metadata beside its output.log, W&B's
@@ -103,6 +107,17 @@ steps as (
     from phases as p
     join final_segment as f using (run_id)
     left join final_start as fs using (run_id)
+    group by all
+),
+trained as (
+    -- the final segment's last training step line, timed or not (a recipe's trimmed logger, a line cut before
+    -- its timers): validation's own lines and GPU memory lines are no training step. The file logger's JSONL
+    -- rows carry segment -1: they belong to the last start-up
+    select m.run_id, max(m.step) as step
+    from step_metrics as m
+    join final_segment as f on f.run_id = m.run_id and (m.segment = f.segment or m.segment < 0)
+    where list_contains($run_ids, m.run_id) and m.source not in ('memory_line', 'seed_timing')
+      and not (m.key like 'val-%' or m.key like 'val/%')
     group by all
 ),
 step_totals as (
@@ -200,7 +215,7 @@ run_state as (
         select
             r.run_id,
             -- step lines first; a run that prints none (a W&B-only logger) still moves its progress bar
-            coalesce(s.last_step, b.n, 0) as last_step,
+            coalesce(greatest(s.last_step, tr.step), b.n, 0) as last_step,
             -- the bar's total is verl's total_training_steps where the log prints no config
             coalesce(r.total_training_steps, b.total) as expected_steps,
             f.segment as final_segment,
@@ -209,6 +224,7 @@ run_state as (
         from run as r
         left join final_segment as f using (run_id)
         left join steps as s using (run_id)
+        left join trained as tr using (run_id)
         left join bar as b using (run_id)
         left join final_validation as v using (run_id)
         left join job_succeeded as j using (run_id)
@@ -236,10 +252,17 @@ progress_point as (
     left join bar as b on b.run_id = s.run_id
 ),
 began as (
-    -- training had begun: a step line (even validation's step:0) or the progress bar in the final segment
+    -- training had begun: a step line (even validation's step:0) or the progress bar in the final segment, or
+    -- the `epoch E, step N` early verl (and its forks) prints as each training step starts
     select s.run_id from run_state as s join started using (run_id)
     union
     select run_id from bar
+    union
+    select l.run_id
+    from marked as l
+    join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
+    join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
+    where regexp_matches(l.text, '^(\([^)]*\) )?epoch \d+, step \d+\s*$')
 ),
 events as (
     select
@@ -314,13 +337,22 @@ terminal as (
       and (m.failure_class <> 'python_exception' or d.run_id is not null
            or coalesce(e.component, 'TaskRunner') in ('TaskRunner', 'main_task'))
 ),
+weighed as (
+    -- a collective that timed out after a rank's own Python error is that error's consequence (its peers waited
+    -- for it): it then competes in time with the error instead of outranking it
+    select * replace (case
+        when failure_class = 'nccl_timeout' and position > min(position) filter (
+                 where failure_class = 'python_exception' and tier = 3) over (partition by run_id)
+            then 3 else tier end as tier)
+    from terminal
+),
 cause as (
     select
         run_id,
         arg_min(failure_class, [tier, position]) as failure_class,
         min(tier) as tier,
         min(position) as first_position
-    from terminal
+    from weighed
     group by all
 ),
 stop as (
@@ -354,7 +386,7 @@ root as (
         arg_min(t.message, [t.rank, t.position]) as root_cause_text,
         arg_min(t.event_class, [t.rank, t.position]) as root_cause_event,
         arg_min(t.phase, [t.rank, t.position]) as root_cause_phase
-    from terminal as t
+    from weighed as t
     join cause as c on c.run_id = t.run_id and c.tier = t.tier and c.failure_class = t.failure_class
     group by all
 ),
@@ -376,7 +408,12 @@ last_nan as (
 ),
 tail as (
     -- the driver log after its last progress
-    select l.run_id, l.file, l.line_no, l.component, l.phase_hint, l.ts, regexp_replace(l.text, '^\s*\([^)]*\)\s*', '') as text
+    select l.run_id, l.file, l.line_no, l.component, l.phase_hint, l.ts, regexp_replace(l.text, '^\s*\([^)]*\)\s*', '') as text,
+           -- Ray's autoscaler stamps its notices with the cluster's uptime: `(autoscaler +1h2m3s)`
+           case when l.text like '(autoscaler +%' or l.text like '(scheduler +%' then list_sum(list_transform(
+               regexp_extract_all(l.text, '^\((?:autoscaler|scheduler) \+(\d+h)?(\d+m)?(\d+s)?\)', 0)[1]
+                   .regexp_extract_all('\d+[hms]'),
+               lambda x: regexp_extract(x, '\d+')::bigint * case right(x, 1) when 'h' then 3600 when 'm' then 60 else 1 end)) end as uptime_s
     from lines as l
     -- one row per run (its driver log's final segment after the last progress) joined to the lines, so
     -- the lines are probed and pruned by it, never hashed themselves
@@ -396,14 +433,21 @@ tail_activity as (
     -- the last sign of work after the last progress: the phase a run stopped in. vLLM preempting
     -- sequences means it was generating; validation announces its batch and the end of its generation.
     -- After a stop the driver only flushes what it had buffered (old news); its workers still report.
-    select t.run_id, arg_max(t.phase, t.line_no) as phase
+    -- Before training began only two signs count: validation's notices (the initial validation) and an agent
+    -- loop's tool calls (a rollout: an excerpt that shows none of the run's start)
+    select t.run_id, arg_max(t.phase, t.line_no) as phase,
+           arg_max(case when t.validating then 'testing' when t.tool_call then 'gen' end, t.line_no)
+               filter (where t.validating or t.tool_call) as early_phase
     from (
-        select *, case
-            when regexp_matches(text, 'is preempted by PreemptionMode|Got \d+ samples after \d+ trials')
+        select *, regexp_matches(text, '(?i)tool call|executing tool') as tool_call, case
+            -- vLLM preempting, rollout filtering and DAPO's dynamic sampling asking for another batch
+            when regexp_matches(text, 'is preempted by PreemptionMode|Got \d+ samples after \d+ trials|Keep generating')
                  or coalesce(component, '') like '%LoopWorker%' then 'gen'
             when validating then 'testing'
-            -- the reward manager prints a few scored samples: while training that is the reward phase
-            when regexp_matches(text, '^\[(prompt|response|ground_truth|score)\]') then 'reward'
+            -- the reward manager prints a few scored samples, a custom reward function its scores: while training
+            -- that is the reward phase
+            when regexp_matches(text, '^\[(prompt|response|ground_truth|score)\]|(?i)^\W*(\w+ )?score\W*(:\s*-?[\d.]+\s*)?$')
+                then 'reward'
             -- "validation" in free text (a reward function's own debug prints) is no sign of verl validating
             when phase_hint = 'testing' then null
             else phase_hint end as phase
@@ -424,11 +468,13 @@ tail_activity as (
 tail_clock as (
     -- the clock each tail line prints, in any of verl's formats: ISO (Python logging, Ray), glog
     -- `I0718 19:14:23`, vLLM `INFO 07-18 19:14:23`. Most carry no year: clocks are compared within one
-    select run_id, file, line_no, text, clock
+    -- day. Ray's uptime is a clock of its own, never compared with the others
+    select run_id, file, line_no, text, clock, uptime_s is not null as uptime
     from (
         select t.*, coalesce(
             make_timestamp(2000, month(t.ts), day(t.ts), hour(t.ts), minute(t.ts), second(t.ts)),
-            try_cast('2000-' || md.mo || '-' || md.d || ' ' || md.t as timestamp)) as clock
+            try_cast('2000-' || md.mo || '-' || md.d || ' ' || md.t as timestamp),
+            timestamp '2000-01-01' + to_seconds(t.uptime_s)) as clock
         from (
             select *, regexp_extract(text,
                 '(?:^|[\s\[(])(?:[IWEF]|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) )(\d\d)-?(\d\d) (\d\d:\d\d:\d\d)',
@@ -442,13 +488,18 @@ tail_clock as (
 ),
 clock_stall as (
     -- time that passed after the last progress while the log kept printing
-    select run_id, epoch(max(clock) - min(clock)) as span_s,
-           arg_max(file, [epoch(clock), line_no]) as file, arg_max(line_no, [epoch(clock), line_no]) as line_no,
-           arg_max(text, [epoch(clock), line_no]) as text
-    from tail_clock
+    select run_id, arg_max(span_s, span_s) as span_s, arg_max(file, span_s) as file,
+           arg_max(line_no, span_s) as line_no, arg_max(text, span_s) as text
+    from (
+        select run_id, uptime, epoch(max(clock) - min(clock)) as span_s,
+               arg_max(file, [epoch(clock), line_no]) as file, arg_max(line_no, [epoch(clock), line_no]) as line_no,
+               arg_max(text, [epoch(clock), line_no]) as text
+        from tail_clock
+        group by all
+        -- a year boundary between two yearless clocks is not a stall
+        having epoch(max(clock) - min(clock)) < 7 * 86400
+    )
     group by all
-    -- a year boundary between two yearless clocks is not a stall
-    having epoch(max(clock) - min(clock)) < 7 * 86400
 ),
 scheduler_idle as (
     -- SLURM's epilogue: the job sat at almost no CPU (a stall the scheduler then ended)
@@ -642,7 +693,7 @@ select
     case
         when v.failure_class = 'completed' then null
         -- before the first training step began, a run was starting up (or validating, if a traceback says so)
-        when bg.run_id is null and dp.phase is null then 'startup'
+        when bg.run_id is null and dp.phase is null then coalesce(ta.early_phase, 'startup')
         when v.failure_class in ('hang', 'interrupted', 'no_outcome') then coalesce(
             ta.phase,
             -- a stalled run that printed no sign of work: fit() starts every step by generating

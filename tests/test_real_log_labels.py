@@ -13,16 +13,6 @@ import duckdb
 import pytest
 from conftest import SHARED
 
-# Two logs cut short whose last activity we do not read as the label does (the shared scorer does not grade
-# the phase of a no_outcome run; we do, and keep these as known misses so a fix shows up):
-# - 05: the custom reward function's debug prints ("Processing New Sample") name no verl phase;
-# - 28: an agent loop's tool-call errors with no step line or progress bar before them read as start-up
-#   (agent-loop workers also print while the engines start, so their lines alone do not mean generation);
-# - 31: "epoch 0, step 1" and retrieval prints before any step line or progress bar read as start-up.
-PHASE_MISSES = {"05_logicrl_formula_wandb_output_log_10steps.log",
-                "28_retool_dapo_agentloop_tool_decode_errors_ray_disk_95pct.log",
-                "31_searchr1_normal_start_ray_metrics_exporter_noise.log"}
-
 
 def _labels() -> list[dict]:
     path = SHARED / "real-logs" / "LABELS.jsonl"
@@ -76,8 +66,7 @@ def test_outcome_matches_label(label: dict, summary: dict[str, dict]) -> None:
     assert got["failure_class"] == label["failure_class"]
     assert got["stop_reason"] == label["stop_reason"]
     assert got["last_step"] == label["last_step"]
-    if label["file"] not in PHASE_MISSES:
-        assert got["failure_phase"] == label["failure_phase"]
+    assert got["failure_phase"] == label["failure_phase"]
     if label["root_cause_contains"]:
         assert label["root_cause_contains"].lower() in (got["root_cause_text"] or "").lower()
     if label["failure_class"] == "hang":
@@ -101,11 +90,3 @@ def test_stall_duration_from_the_progress_bar(summary: dict[str, dict]) -> None:
     got = summary["12_tpu_xla_port_stuck_compiling_step0"]
     assert got["hang_duration_s"] == pytest.approx(7 * 60 + 16)
     assert "7.3 min" in got["hang_reason"]
-
-
-@pytest.mark.xfail(strict=True, reason="known misses: see PHASE_MISSES")
-@pytest.mark.parametrize("name", sorted(PHASE_MISSES))
-def test_phase_of_logs_we_read_differently(name: str, summary: dict[str, dict]) -> None:
-    """The label's phase for the two logs in PHASE_MISSES (fails today; passes once we read them right)."""
-    label = next(lab for lab in LABELS if lab["file"] == name)
-    assert summary[_run_id(name)]["failure_phase"] == label["failure_phase"]
