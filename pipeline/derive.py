@@ -92,30 +92,36 @@ def sql_text(name: str) -> str:
     return (SQL_DIR / f"{name}.sql").read_text()
 
 
-def _connect(warehouse: str | Path, names: Iterable[str]) -> duckdb.DuckDBPyConnection:
-    """A connection with a view per table that the SQL files `names` read, as `lake.connect` makes them."""
+def _connect(warehouse: str | Path, names: Iterable[str], run_ids: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """A connection with a view per table that the SQL files `names` read, as `lake.connect` makes them; with
+    `run_ids`, per-run tables hold those runs' partitions (binding a view reads every file's footer)."""
     # a bounded memory makes DuckDB spill big joins to the warehouse's scratch folder instead of
     # holding a 300 MB log's lines several times over (2 GB peak before, under 1 GB with it)
     scratch = Path(warehouse) / ".duckdb-tmp"
     con = duckdb.connect(config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": str(scratch)})
     con.execute("set enable_progress_bar = false")
-    # only the tables the SQL reads get a view: binding a view reads every file's footer
-    for table in dict.fromkeys(t for name in names for t in tables.table(name).reads):
+    # only the tables the SQL reads get a view: binding a view reads every file's footer; a table that one of
+    # `names` writes gets its view once written (each SQL reads only tables written before it)
+    for table in dict.fromkeys(t for name in names for t in tables.table(name).reads if t not in names):
         if lake.table_source(warehouse, table) is not None:
-            _refresh_view(con, warehouse, table)
+            _refresh_view(con, warehouse, table, run_ids)
         elif tables.table(table).stand_in:
             con.execute(f"create temp table {table} ({tables.table(table).stand_in})")
     return con
 
 
-def _refresh_view(con: duckdb.DuckDBPyConnection, warehouse: str | Path, table: str) -> None:
-    """Point the view of `table` at what is on disk now (it may have been written by this process)."""
-    src = lake.table_source(warehouse, table)
+def _refresh_view(con: duckdb.DuckDBPyConnection, warehouse: str | Path, table: str,
+                  run_ids: list[str] | None = None) -> None:
+    """Point the view of `table` at what is on disk now (it may have been written by this process): at the
+    partitions of `run_ids` when given, and where the table has none of them, at no rows with its columns."""
+    src, rows = lake.table_source(warehouse, table, run_ids), ""
+    if src is None and run_ids is not None and (other := lake.a_run_of(warehouse, table)) is not None:
+        src, rows = lake.table_source(warehouse, table, [other]), " limit 0"
     if src is not None:
         # the empty stand-in of a table this connection has since written gives way to the table
         if con.execute("select 1 from duckdb_tables() where table_name = $t", {"t": table}).fetchone():
             con.execute(f"drop table {table}")
-        con.execute(f"create or replace temp view {table} as select * from {src}")
+        con.execute(f"create or replace temp view {table} as select * from {src}{rows}")
 
 
 def _query_into(
@@ -134,7 +140,7 @@ def _query_into(
                 raise
         shutil.rmtree(staging, ignore_errors=True)
         for table in tables.table(name).reads:
-            _refresh_view(con, warehouse, table)
+            _refresh_view(con, warehouse, table, params["run_ids"])
         time.sleep(0.05 * attempt)
     return _write_query(con, name, params, staging)
 
@@ -178,7 +184,7 @@ def _run_table(
             lake.swap_into_place(part, lake.run_partition_dir(warehouse, name, rid))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    _refresh_view(con, warehouse, name)
+    _refresh_view(con, warehouse, name, run_ids)
     return rows
 
 
@@ -195,7 +201,7 @@ def derive_run_table(
     if name not in RUN_TABLES:
         raise ValueError(f"{name} is not a per-run derived table ({', '.join(RUN_TABLES)})")
     run_ids = list(run_ids)
-    con = _connect(warehouse, [name])
+    con = _connect(warehouse, [name], run_ids)
     try:
         return _run_table(con, warehouse, name, run_ids, thresholds)
     finally:
@@ -209,7 +215,7 @@ def derive_run_tables(
 ) -> dict[str, int]:
     """Derive every per-run table for `run_ids` in dependency order; returns rows written per table."""
     run_ids = list(run_ids)
-    con = _connect(warehouse, RUN_TABLES)
+    con = _connect(warehouse, RUN_TABLES, run_ids)
     try:
         counts = {name: _run_table(con, warehouse, name, run_ids, thresholds) for name in RUN_TABLES}
     finally:

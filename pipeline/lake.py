@@ -121,6 +121,16 @@ def _has_partitions(folder: Path) -> bool:
     return any(_parquet_files(run) for run in runs)
 
 
+def a_run_of(warehouse: str | Path, table: str) -> str | None:
+    """A run that has a partition of the per-run `table` (the first by name), or None."""
+    try:
+        with os.scandir(table_dir(warehouse, table)) as entries:
+            runs = sorted(e.name for e in entries if e.name.startswith("run_id="))
+    except FileNotFoundError:
+        return None
+    return next((run.split("=", 1)[1] for run in runs if _parquet_files(table_dir(warehouse, table) / run)), None)
+
+
 def _staging_dir(warehouse: str | Path, table: str) -> Path:
     path = table_dir(warehouse, table) / f".staging-{uuid.uuid4().hex}"
     path.mkdir(parents=True)

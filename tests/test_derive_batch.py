@@ -1,0 +1,35 @@
+"""Derive reads only the partitions of the runs it derives: the per-run work of a batch does not grow with the
+warehouse, and another run's partition (broken, or being rewritten) does not stand in its way."""
+
+from __future__ import annotations
+
+from pipeline import derive, lake
+from tests.test_derive import completed_run, oom_run
+
+
+def test_a_batch_reads_only_its_runs_partitions(tmp_path):
+    """done-b (4 steps, completed) derived while every file of oom-a is garbage: its rows are the ones its log
+    gives; oom-a's broken files are never opened."""
+    for b in (oom_run(), completed_run()):
+        b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["oom-a"])
+    for table in lake.per_run_tables():
+        for part in lake.run_partition_dir(tmp_path, table, "oom-a").glob("*.parquet"):
+            part.write_bytes(b"not a parquet file")
+    counts = derive.derive_run_tables(tmp_path, ["done-b"])
+    assert counts["step_phases"] == 4 and counts["run_summary"] == 1
+    con = lake.connect(tmp_path, run_ids=["done-b"])
+    assert con.execute("select failure_class, last_step from run_summary").fetchall() == [("completed", 4)]
+
+
+def test_a_table_without_the_batchs_runs_reads_as_no_rows(tmp_path):
+    """A table that holds other runs but none of the batch's (step_phases of oom-a only, when only run_summary
+    is derived for done-b): run_summary still finds the table, and writes done-b's one row."""
+    for b in (oom_run(), completed_run()):
+        b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["oom-a"])
+    rows = {name: derive.derive_run_table(tmp_path, name, ["done-b"])
+            for name in ("step_health", "run_events", "run_summary")}
+    assert rows["run_summary"] == 1
+    con = lake.connect(tmp_path, run_ids=["done-b"])
+    assert con.execute("select run_id from run_summary").fetchall() == [("done-b",)]
