@@ -211,3 +211,16 @@ def test_a_slow_climb_that_falls_back_is_off_at_its_top():
     zs = pd.Series(z["zs"].to_numpy(), index=z["step"].to_numpy())
     assert zs.loc[47:48].min() > 3
     assert zs.drop(range(41, 50)).abs().max() < 3
+
+
+def test_any_series_that_never_changes_makes_any_change_news():
+    """The best score of the batch sits at 1.0 on every step but six at 0.3 (a kind no rule names): a
+    move on each of the six, though its only changes are the episode's edges; a one-step dip does not
+    last."""
+    best = np.ones(120)
+    best[60:66] = 0.3
+    best[90] = 0.5
+    z = signal_z(long_rows("r", {"critic/score/max": best}))
+    zs = pd.Series(z["zs"].to_numpy(), index=z["step"].to_numpy())
+    assert (zs.loc[61:66] < -5).all()
+    assert zs.drop(range(60, 68)).abs().max() < 3
