@@ -247,16 +247,17 @@ def table_source(warehouse: str | Path, table: str, run_ids: Iterable[str] | Non
 
 
 def present_tables(
-    warehouse: str | Path, run_ids: Iterable[str] | None = None, whole: Iterable[str] = ()
+    warehouse: str | Path, run_ids: Iterable[str] | None = None, whole: Iterable[str] = (),
+    only: Iterable[str] | None = None,
 ) -> dict[str, str]:
-    """Every table in the warehouse with its `read_parquet` source.
+    """Every table in the warehouse (of those in `only`, when given) with its `read_parquet` source.
 
     Per-run tables are limited to `run_ids` when given, except the tables named in `whole`.
     """
     run_ids = None if run_ids is None else list(run_ids)
     whole = set(whole)
     found = {}
-    for table in names():
+    for table in names() if only is None else [t for t in names() if t in set(only)]:
         src = table_source(warehouse, table, None if table in whole else run_ids)
         if src is not None:
             found[table] = src
@@ -268,14 +269,15 @@ def connect(
     database: str = ":memory:",
     run_ids: Iterable[str] | None = None,
     whole: Iterable[str] = (),
+    only: Iterable[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with a view per warehouse table, named as the table.
+    """A DuckDB connection with a view per warehouse table (of those in `only`, when given), named as the table.
 
     With `run_ids`, per-run views hold only those runs, except the tables named in `whole`
     (fleet tables are always whole).
     """
     con = duckdb.connect(database)
-    for table, src in present_tables(warehouse, run_ids, whole).items():
+    for table, src in present_tables(warehouse, run_ids, whole, only).items():
         con.execute(f"create or replace temp view {table} as select * from {src}")
     return con
 

@@ -1,5 +1,5 @@
-"""The warehouse's DuckDB catalog (`lake.refresh_catalog`): a view per present table, rewritten only when the
-set of tables changes."""
+"""Views over the warehouse: the DuckDB catalog (`lake.refresh_catalog`), a view per present table rewritten
+only when the set of tables changes, and `lake.connect` limited to the tables a reader names."""
 
 from __future__ import annotations
 
@@ -50,3 +50,19 @@ def test_a_catalog_held_open_for_writing_is_replaced(tmp_path):
     finally:
         holder.close()
     assert _views(wh) == {"step_health": 2, "fleet_daily": 1}
+
+
+def test_connect_binds_only_the_tables_named(tmp_path):
+    """The fleet report's connection names run_summary and fleet_daily: log_lines, whose file is garbage here,
+    is never bound, and the named tables read their rows (2 and 1)."""
+    wh = tmp_path / "wh"
+    lake.write_run_table(wh, "run_summary", "run-a", pa.table({"last_step": [3]}))
+    lake.write_run_table(wh, "run_summary", "run-b", pa.table({"last_step": [5]}))
+    lake.write_fleet_table(wh, "fleet_daily", pa.table({"runs": [2]}))
+    lake.write_run_table(wh, "log_lines", "run-a", pa.table({"text": ["x"]}))
+    next(lake.run_partition_dir(wh, "log_lines", "run-a").glob("*.parquet")).write_bytes(b"not parquet")
+    con = lake.connect(wh, only=("run_summary", "fleet_daily"))
+    assert con.execute("select sum(last_step) from run_summary").fetchone() == (8,)
+    assert con.execute("select runs from fleet_daily").fetchone() == (2,)
+    views = {n for (n,) in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
+    assert views == {"run_summary", "fleet_daily"}

@@ -16,6 +16,8 @@ from pipeline.report.warehouse import clean, columns, rows, table_rows
 FAILED_CLASSES = vocabulary.FAILED_CLASSES
 SUMMARY_COLUMNS = ("run_id", "failure_class", "last_step", "expected_steps", "goodput", "median_step_s",
                    "bottleneck_phase", "experiment_name", "root_cause_text", "last_ts", "mtime", "ingested_at")
+# the tables the fleet report reads: binding a view reads every one of its files' footers
+READS = ("run_summary", "step_anomalies", "run_baselines", "fleet_weekly", "fleet_config_groups")
 # a run is a regression when it is this much slower than the median of at least this many earlier runs
 REGRESSION_RATIO = 1.25
 MIN_PRIOR_RUNS = 2
@@ -66,7 +68,7 @@ class FleetReportData:
 
 def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
     """Every run that ended by the end of `day` (or has no time), and the weeks that ended by then."""
-    con = lake.connect(warehouse)
+    con = lake.connect(warehouse, only=READS)
     try:
         if not columns(con, "run_summary"):
             return FleetReportData(day=day, runs=[])
