@@ -25,7 +25,7 @@ with patterns(priority, event_class, pattern) as (
         (25, 'distributed_init_error', 'TCPStore|\[c\d+d\]|[Rr]endezvous|DistNetworkError|DistStoreError|invalid nonce|nonce == returnedNonce'),
         -- raylet's notice that a worker process is gone: the driver's ActorDiedError says which task it took
         (29, 'worker_died', 'A worker died or was killed|Worker exit type: SYSTEM_ERROR'),
-        (30, 'actor_died', 'ActorDiedError|The actor died unexpectedly|The actor is dead because|actor died'),
+        (30, 'actor_died', 'ActorDiedError|RayActorError|WorkerCrashedError|The (actor|worker) died unexpectedly|The actor is dead because|actor died'),
         (31, 'actor_unavailable', 'ActorUnavailableError|RaySystemError|ObjectLostError|OwnerDiedError'),
         (34, 'engine_traceback', 'Scheduler hit an exception|EngineCore failed to start|Engine core initialization failed|EngineCore encountered'),
         (35, 'vllm_engine_error', 'EngineDeadError|No available memory for the cache blocks|maximum number of tokens that can be stored in KV cache|Not enough memory\. Please try to increase --mem-fraction-static|run_headless failed|Error aborting requests|should be less than or equal to max_position_embeddings|AsyncEngineDeadError|vllm\.[\w.]*Error|sglang\.[\w.]*Error'),
@@ -106,7 +106,9 @@ engine_blocks as (
         *,
         -- the innermost verl call a traceback's frames name (an exception's own message may say
         -- "validation" and mean something else): that is the phase the run died in
-        last_value(case when regexp_matches(body, '^\s*File "|^\s{4,}\S') then phase_hint end ignore nulls) over (
+        last_value(case when regexp_matches(body, '^[\s|]*File "|^\s{4,}\S') then coalesce(phase_hint,
+            -- the advantage's estimators (`compute_advantage`, `compute_grpo_outcome_advantage`) name no worker call
+            case when regexp_matches(body, 'compute_\w*advantage') then 'adv' end) end ignore nulls) over (
             partition by run_id, file, pid, block order by line_no
             rows between unbounded preceding and current row) as block_phase,
         bool_or(phase_hint = 'ref' or contains(body, 'ref_policy')) over (

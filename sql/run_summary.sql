@@ -209,8 +209,9 @@ run_state as (
         last_step,
         expected_steps,
         final_segment,
-        (expected_steps is not null and last_step >= expected_steps)
-            or (expected_steps is null and final_validation) or job_succeeded as reached_end
+        -- verl prints the final validation only once its last step is done, whatever the log kept of that step
+        (expected_steps is not null and last_step >= expected_steps) or final_validation or job_succeeded
+            as reached_end
     from (
         select
             r.run_id,

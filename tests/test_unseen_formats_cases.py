@@ -226,6 +226,14 @@ def trained_to(last: int, number: str = "np2", pre: str = "", total: int = 100) 
     return startup(pre, total=total) + validation(0, number, pre) + steps(1, last, number, pre, total=total)
 
 
+def resumed_at(step: int, pre: str, total: int = 200) -> list[str]:
+    """A run resuming from the checkpoint of `step`: its validation repeats that step, the bar starts there."""
+    return startup(pre, total=total)[:-1] + [
+        f"{pre}Load from checkpoint folder: /ckpt/verl_examples/gsm8k/global_step_{step}",
+        f"{pre}Setting global step to {step}",
+        *validation(step, "np2", pre), bar(step, total, "00:00", pre, "?it/s")]
+
+
 def _clock(seconds: int) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
@@ -825,10 +833,7 @@ def _third_cases() -> list[Case]:
     ), "python_exception", 0, "ref", root="an illegal memory access was encountered"))
     # a resumed run (its validation repeats the checkpoint's step) stopped by SLURM's time limit
     c.append(Case("resumed_then_time_limit", join(
-        startup(tr2, total=200)[:-1],
-        f"{tr2}Load from checkpoint folder: /ckpt/verl_examples/gsm8k/global_step_40",
-        f"{tr2}Setting global step to 40",
-        validation(40, "np2", tr2), bar(40, 200, "00:00", tr2, "?it/s"), steps(41, 47, "np2", tr2, total=200),
+        resumed_at(40, tr2), steps(41, 47, "np2", tr2, total=200),
         "slurmstepd: error: *** STEP 4410023.0 ON gpu-node-12 CANCELLED AT 2025-06-03T11:22:33 DUE TO TIME LIMIT ***",
     ), "interrupted", 47, None, stop_reason="time_limit", root="DUE TO TIME LIMIT"))
     # the rollout's vLLM engine dies of device memory inside its own process
@@ -844,4 +849,73 @@ def _third_cases() -> list[Case]:
     return c
 
 
-CASES = _first_cases() + _more_cases() + _third_cases()
+def wrap(lines: list[str], width: int) -> list[str]:
+    """Lines hard-wrapped at a terminal's width, as a paste from a terminal keeps them."""
+    return [ln[i:i + width] for ln in lines for i in range(0, max(len(ln), 1), width)]
+
+
+def _fourth_cases() -> list[Case]:
+    c: list[Case] = []
+    tr2 = prefix("plain", "TaskRunner", 7001)
+    # a terminal paste hard-wrapped at 100 columns: step lines, the traceback, everything
+    c.append(Case("hard_wrapped_oom_in_update_actor", join(wrap(
+        trained_to(6, "bare", TR)
+        + driver_traceback(fit_frame(1143, "actor_output = self.actor_rollout_wg.update_actor(batch)"),
+                           "update_actor", frame(FSDP, 720, "update_actor", "metrics = self.actor.update_policy(data=data)"),
+                           OOM, "OutOfMemoryError", "WorkerDict.actor_rollout_update_actor"), 100)),
+        "cuda_oom", 6, "update_actor", root="CUDA out of memory"))
+    # finished: its last step line lost its head to the wrapping, the total is known, the final validation printed
+    c.append(Case("hard_wrapped_completed_total_known", join(
+        startup(TR, total=3), validation(0, "np2", TR), steps(1, 2, "np2", TR, total=3),
+        [piece for piece in wrap([step_line(3, "np2", TR, timers={"testing": 20.1})], 140)[1:]
+         if "global_step" not in piece][1:],
+        f"{TR}Final validation metrics: None",
+    ), "completed", 2, None))
+    # the driver process itself crashed (bash reports the signal): no worker died, nothing names why
+    c.append(Case("driver_segfault_bash_report", join(
+        trained_to(5, "bare"),
+        "./run_grpo.sh: line 27: 61149 Segmentation fault      (core dumped) python3 -m verl.trainer.main_ppo \"$@\"",
+    ), "unknown", 5, None, root="Segmentation fault"))
+    # older Ray names a dead actor RayActorError, and lists the OOM killer among the possible causes
+    c.append(Case("old_ray_actor_error_wording", join(
+        trained_to(3, "v04", prefix("plain", "main_task", 12)),
+        driver_traceback(fit_frame(913, "actor_output = self.actor_rollout_wg.update_actor(batch)"),
+                         "update_actor", [], "ray.exceptions.RayActorError: The actor died unexpectedly before "
+                         "finishing this task.", "RayActorError", "WorkerDict.actor_rollout_update_actor")[:-3] + [
+            "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.",
+            "\tclass_name: create_colocated_worker_cls.<locals>.WorkerDict",
+            "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
+            "detail: Worker unexpectedly exits with a connection error code 2. End of file. There are some potential "
+            "root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop "
+            "--force is called. (3) The worker is crashed unexpectedly due to SIGSEGV or other unexpected errors.",
+            "", "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."],
+    ), "ray_actor_died", 3, "update_actor", root="The actor died unexpectedly"))
+    c.append(Case("worker_crashed_error_in_ref", join(
+        trained_to(4, "np2", TR),
+        driver_traceback(fit_frame(1094, "ref_log_prob = self.ref_policy_wg.compute_ref_log_prob(batch)"),
+                         None, [], "ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing "
+                         "this task. Check python-core-worker-*.log files for more information.", "WorkerCrashedError"),
+    ), "ray_actor_died", 4, "ref", root="The worker died unexpectedly"))
+    # resumed at step 40 (the bar starts there) and crashed in the first step of the new attempt
+    c.append(Case("resumed_then_crash_in_first_step", join(
+        resumed_at(40, tr2),
+        driver_traceback(fit_frame(1094, "old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)"),
+                         "compute_log_prob",
+                         frame(FSDP, 893, "compute_log_prob", "output = self.actor.compute_log_prob(data=data)"),
+                         "RuntimeError: CUDA error: device-side assert triggered", "RuntimeError",
+                         "WorkerDict.actor_rollout_compute_log_prob"),
+    ), "python_exception", 40, "old_log_prob", root="device-side assert triggered"))
+    # the advantage is computed on the driver: no worker call, the estimator's own frames say where
+    c.append(Case("advantage_estimator_error", join(
+        trained_to(8, "np2", TR),
+        driver_traceback(fit_frame(1112, "batch = compute_advantage(")
+                         + frame("/workspace/verl/verl/trainer/ppo/ray_trainer.py", 239, "compute_advantage",
+                                 "advantages, returns = core_algos.compute_grpo_outcome_advantage(")
+                         + frame("/workspace/verl/verl/trainer/ppo/core_algos.py", 301,
+                                 "compute_grpo_outcome_advantage", "raise ValueError(f\"no score in the prompt group {idx}\")"),
+                         None, [], "ValueError: no score in the prompt group 17", "ValueError"),
+    ), "python_exception", 8, "adv", root="no score in the prompt group"))
+    return c
+
+
+CASES = _first_cases() + _more_cases() + _third_cases() + _fourth_cases()
