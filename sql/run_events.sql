@@ -15,10 +15,13 @@ with patterns(priority, event_class, pattern) as (
         -- source lines and carets under a frame, and the tab-indented details of a Ray error
         (16, 'traceback_code', '^\s{4,}[^\s|]|^[\s|]{4,}\s{4}\S|^\s*\^+\s*$|^\t'),
         -- specific causes
-        (20, 'host_oom_killed', 'ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)|Out of memory: Kill(ed)? process|oom-kill|Memory cgroup out of memory'),
+        (20, 'host_oom_killed', 'ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)|Out of memory: Kill(ed)? process|oom-kill|Memory cgroup out of memory'
+                             -- SLURM's cgroup: `Detected 1 oom-kill event(s)`, `State: OUT_OF_MEMORY`
+                             '|cgroup out-of-memory handler|State: OUT_OF_MEMORY'),
         (21, 'cuda_oom', '(CUDA|HIP|NPU|XPU) out of memory|OutOfMemoryError: CUDA|[Cc][Uu][Dd][Aa] [Ee]rror: out of memory|CUresult error: \d+ \(out of memory\)|torch(\.cuda)?\.OutOfMemoryError'
                       '|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation'),
-        (22, 'device_oom', 'Ran out of memory in memory space hbm|RESOURCE_EXHAUSTED|HBM OOM'),
+        -- XLA's RESOURCE_EXHAUSTED names memory; gRPC's (a Ray message over its size limit) does not
+        (22, 'device_oom', 'Ran out of memory in memory space hbm|RESOURCE_EXHAUSTED.*([Mm]emory|allocat)|HBM OOM'),
         (23, 'nccl_timeout', 'Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|NCCL.{0,40}time(d)? ?out|taking the entire process down'),
         (24, 'nccl_error', 'NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|DistBackendError|ProcessGroupNCCL'),
         -- torch.distributed's rendezvous failing: the processes never met (a communication failure)
@@ -70,9 +73,10 @@ lines as (
              or text like '%terminate called after throwing%' or text like '%Signals.SIG%'
              or text like '%PBS: job killed%' or text like '%TERM_RUNLIMIT%' or text like '%Could not %'
              or text like '%is not in struct%' or text like '%Missing mandatory value%'
-             or text like '%LexerNoViableAlt%' or text like '%mismatched input%' or text like '%out of memory%')
+             or text like '%LexerNoViableAlt%' or text like '%mismatched input%' or text like '%out of memory%'
+             or text like '%oom-kill%' or text like '%out-of-memory handler%')
             and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|: line \d+: +\d+ Terminated\b'
-                                     '|State: (TIMEOUT|CANCELLED)|Fatal Python error|terminate called after throwing|Signals\.SIG'
+                                     '|State: (TIMEOUT|CANCELLED|OUT_OF_MEMORY)|oom-kill|out-of-memory handler|Fatal Python error|terminate called after throwing|Signals\.SIG'
                                      '|PBS: job killed|TERM_RUNLIMIT|Could not (override|append to config|load) '''
                                      '|is not in struct|Missing mandatory value|LexerNoViableAlt|mismatched input'
                                      -- an allocator's own message: `cuda error: out of memory at ...cumem_allocator.cpp`

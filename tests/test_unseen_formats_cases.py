@@ -915,6 +915,21 @@ def _fourth_cases() -> list[Case]:
                                  "compute_grpo_outcome_advantage", "raise ValueError(f\"no score in the prompt group {idx}\")"),
                          None, [], "ValueError: no score in the prompt group 17", "ValueError"),
     ), "python_exception", 8, "adv", root="no score in the prompt group"))
+    # SLURM's cgroup killed the job for host memory
+    c.append(Case("slurm_cgroup_oom_kill", join(
+        trained_to(13, "bare"),
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=4410024.0. Some of your processes may have been "
+        "killed by the cgroup out-of-memory handler.",
+        "srun: error: gpu-node-12: task 0: Out Of Memory",
+    ), "host_oom_killed", 13, None, root="oom-kill"))
+    # a Ray message over gRPC's size limit is a Python error, not device memory
+    c.append(Case("grpc_resource_exhausted_is_not_oom", join(
+        trained_to(2, "np2", TR),
+        driver_traceback(fit_frame(1061, "gen_batch_output = self.actor_rollout_wg.generate_sequences(gen_batch)"),
+                         None, [], "grpc._channel._MultiThreadedRendezvous: <_MultiThreadedRendezvous of RPC that "
+                         "terminated with: status = StatusCode.RESOURCE_EXHAUSTED details = \"Received message larger "
+                         "than max (2147483647 vs. 2147483647)\">", "_MultiThreadedRendezvous"),
+    ), "python_exception", 2, "gen", root="_MultiThreadedRendezvous"))
     return c
 
 
