@@ -60,6 +60,7 @@ class ArchiveOutcome:
     fleet_report: Path | None
     seconds: float
     unchanged: list[str] = field(default_factory=list)
+    no_model: bool = False  # no anomaly model after the analysis (no training step in the warehouse yet)
 
 def resolve_entry(run: str, archive_root: str | Path, quiet_period_s: int = 600):
     """The archive entry for a path to a run (folder, .tar.gz, .gz) or a run_id under `archive_root`."""
@@ -166,6 +167,7 @@ def analyze_archive(
         fleet_report=fleet_path if fleet_path.exists() else None,
         seconds=time.perf_counter() - started,
         unchanged=unchanged,
+        no_model=model_age_days(warehouse) is None,
     )
 
 def entry_root(entry, archive_root: str | Path) -> Path:
@@ -174,7 +176,7 @@ def entry_root(entry, archive_root: str | Path) -> Path:
 
 
 def verdict(warehouse: str | Path, run_id: str) -> str:
-    """'<failure_class> at step N of M' for an analysed run, from run_summary."""
+    """'<failure_class> at step N of M' for an analysed run, from run_summary ('of M' when the log says M)."""
     con = connect(warehouse, run_ids=[run_id])
     try:
         row = con.execute(
@@ -182,7 +184,9 @@ def verdict(warehouse: str | Path, run_id: str) -> str:
         ).fetchone()
     finally:
         con.close()
-    return f"{row[0]} at step {row[1]} of {row[2]}" if row else "no summary"
+    if not row:
+        return "no summary"
+    return f"{row[0]} at step {row[1]}" + (f" of {row[2]}" if row[2] is not None else "")
 
 
 def persistent_instance(warehouse: str | Path) -> DagsterInstance:

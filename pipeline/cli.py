@@ -11,8 +11,16 @@ DEMO_RUNS = 24
 DEMO_SEED = 7
 
 
+def _print_model_note(outcome) -> None:
+    from pipeline.assets.detect import NO_STEPS
+
+    if outcome.no_model:
+        print(f"anomaly model: {NO_STEPS}")
+
+
 def _print_outcome(outcome, reports: Path) -> None:
     print(f"analysed {len(outcome.run_ids)} runs in {outcome.seconds:.1f} s")
+    _print_model_note(outcome)
     if outcome.unchanged:
         print(f"  {len(outcome.unchanged)} runs unchanged since their last analysis (--force redoes them)")
     for rid, why in sorted(outcome.skipped.items()):
@@ -73,9 +81,11 @@ def _analyze_one(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    analyze_archive(entry_root(entry, archive.root), Path(args.warehouse), Path(args.reports), instance=persistent_instance(args.warehouse),
-                    force=args.force, refit=args.refit, include={entry.run_id})
+    outcome = analyze_archive(entry_root(entry, archive.root), Path(args.warehouse), Path(args.reports),
+                              instance=persistent_instance(args.warehouse), force=args.force, refit=args.refit,
+                              include={entry.run_id})
     print(f"{entry.run_id}: {verdict(args.warehouse, entry.run_id)}")
+    _print_model_note(outcome)
     print(f"run report:   {Path(args.reports) / 'runs' / f'{entry.run_id}.html'}")
     return 0
 

@@ -28,7 +28,7 @@ from dagster import (
 from dagster_dask import dask_executor
 from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements, query_on_dask_worker
 
-from pipeline.assets import PER_RUN_ASSETS
+from pipeline.assets import RUN_JOB_ASSETS
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
@@ -110,9 +110,9 @@ def resources_run_config(archive: str, warehouse: str, reports: str, quiet_perio
 
 run_assets_dask_job = define_asset_job(
     "run_assets_dask_job",
-    selection=PER_RUN_ASSETS,
+    selection=RUN_JOB_ASSETS,
     executor_def=run_scoped_dask_executor,
     config=dask_run_config(),
-    description="Per-run assets with each step a task on the dask.distributed cluster at $DASK_SCHEDULER_ADDRESS.",
+    description="The run job's assets with each step a task on the dask.distributed cluster at $DASK_SCHEDULER_ADDRESS.",
 )
 

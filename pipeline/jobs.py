@@ -8,14 +8,16 @@ from dagster import Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
 from pipeline.analysis import RunSelection, analyze_archive, entry_root, resolve_entry, verdict
-from pipeline.assets import NIGHTLY_ASSETS, PER_RUN_ASSETS
+from pipeline.assets import NIGHTLY_ASSETS, RUN_JOB_ASSETS
+from pipeline.assets.detect import NO_STEPS
 from pipeline.resources import ArchiveResource, ReportsResource, WarehouseResource
 from pipeline.tables import MODEL
 
 run_assets_job = define_asset_job(
     "run_assets_job",
-    selection=PER_RUN_ASSETS,
-    description="Ingest, derive, score and report the selected runs (one partition per run).",
+    selection=RUN_JOB_ASSETS,
+    description="Ingest, derive, score and report the selected runs (one partition per run), with the fleet tables "
+                "their reports read.",
 )
 
 nightly_job = define_asset_job(
@@ -41,7 +43,10 @@ def analyze_finished_run(
 ) -> str:
     """Analyse one run end to end: the per-run assets (with their checks) for its `run_id` partition."""
     entry = resolve_entry(config.run, archive.root, archive.quiet_period_s)
-    analyze_archive(entry_root(entry, archive.root), warehouse.root, reports.root, instance=context.instance, include={entry.run_id})
+    outcome = analyze_archive(entry_root(entry, archive.root), warehouse.root, reports.root, instance=context.instance,
+                              include={entry.run_id})
+    if outcome.no_model:
+        context.log.warning(f"anomaly model: {NO_STEPS}")
     report = Path(reports.root) / "runs" / f"{entry.run_id}.html"
     context.log.info(f"{entry.run_id}: {verdict(warehouse.root, entry.run_id)}; report at {report}")
     return str(report)

@@ -66,7 +66,8 @@ def archive_cursor(archive: ArchiveResource) -> str:
     job=run_assets_job,
     minimum_interval_seconds=120,
     default_status=DefaultSensorStatus.STOPPED,
-    description="Adds a run_id partition for each new finished run and requests its per-run assets.",
+    description="Adds a run_id partition for each new finished run and requests its per-run assets and the fleet "
+                "tables its report reads.",
 )
 def finished_run_sensor(context: SensorEvaluationContext, archive: ArchiveResource):
     """Watch the archive root; request each finished run once, again when its files change."""

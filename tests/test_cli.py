@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from operate_support import set_age, write_run
+
 from pipeline.cli import main
 from pipeline.simulate import simulate_fleet
 
@@ -120,3 +122,27 @@ def test_analyze_selects_runs_by_id_glob_and_by_last_activity(tmp_path, monkeypa
     assert main(["analyze", "sim/archive", "--warehouse", "w3", "--reports", "r3", "--since", "2026-02-01"]) == 0
     assert sorted(p.stem for p in (tmp_path / "r3" / "runs").glob("*.html")) == [b, c]
     capsys.readouterr()
+
+
+def test_a_run_without_a_step_analyses_into_a_fresh_warehouse(tmp_path, monkeypatch, capsys):
+    """A run that died before its first step, alone in a fresh warehouse: no anomaly model to fit, said so,
+    and its verdict and report as for any run; the next run with steps gets the model fitted."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    log = tmp_path / "archive" / "died-early.log"
+    log.parent.mkdir()
+    log.write_text("2026-11-20 10:00:00 INFO starting verl trainer\nTraceback (most recent call last):\n"
+                   '  File "main.py", line 3, in <module>\nRuntimeError: CUDA error: out of memory\n')
+    set_age(log, 3600)
+    assert main(["analyze", "--run", str(log), "--warehouse", "wh", "--reports", "rep"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "died-early: cuda_oom at step 0"  # the log's one error, no step line
+    assert "anomaly model: no model fitted: the warehouse has no training step" in out
+    assert (tmp_path / "rep" / "runs" / "died-early.html").is_file()
+    assert not (tmp_path / "wh" / "models").exists()
+
+    later = write_run(tmp_path / "archive", "grpo-later", steps=3)
+    assert main(["analyze", "--run", str(later), "--warehouse", "wh", "--reports", "rep"]) == 0
+    out = capsys.readouterr().out
+    assert "anomaly model:" not in out
+    assert (tmp_path / "wh" / "models" / "anomaly_model.json").is_file()

@@ -104,6 +104,36 @@ def test_public_dagster_apis_only():
     assert private == []
 
 
+def _upstream(name: str) -> set[str]:
+    """Every asset upstream of `name` in the asset graph, through each definition's declared deps."""
+    from pipeline.assets import ASSETS
+
+    deps = {spec.key.to_user_string(): {d.asset_key.to_user_string() for d in spec.deps}
+            for a in ASSETS for spec in a.specs}
+    seen, todo = set(), [name]
+    while todo:
+        for parent in deps.get(todo.pop(), ()):
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return seen
+
+
+def test_the_reports_depend_on_every_table_their_code_reads_and_the_run_job_refreshes_them():
+    """Each report depends on every warehouse table the report code names (pipeline/report/*.py), and the
+    sensor's run job selects every table upstream of the run report (its baseline row, its templates)."""
+    from pipeline import tables
+    from pipeline.assets import RUN_JOB_ASSETS
+
+    code = "\n".join(p.read_text() for p in (ROOT / "pipeline" / "report").glob("*.py"))
+    named = {t for t in tables.names() if re.search(rf"\b{t}\b", code)}
+    assert {"run_baselines", "error_templates", "step_anomalies", "fleet_weekly", "run_samples"} <= named
+    for report in ("run_report", "fleet_report"):
+        assert named <= _upstream(report), (report, named - _upstream(report))
+    # the model aside: `analyze` and the nightly job refit it, not the runs the sensor starts side by side
+    assert _upstream("run_report") - {tables.MODEL} <= set(RUN_JOB_ASSETS)
+
+
 def test_settings_reach_the_resources_when_a_run_starts(tmp_path, monkeypatch):
     """`defs` was built at import with no folders; the VERL_HEALTH_* variables set afterwards decide where a
     run reads and writes and how long a line may be (a 5,000-byte line kept as 1,048 bytes)."""

@@ -13,9 +13,12 @@ from dagster import (
 )
 from operate_support import set_age, write_run
 
+from pipeline.analysis import analyze_archive
+from pipeline.definitions import build_definitions
+from pipeline.lake import connect
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.resources import ArchiveResource
-from pipeline.sensors import finished_run_sensor, plan_archive_changes
+from pipeline.sensors import archive_cursor, finished_run_sensor, plan_archive_changes
 
 
 def _entry(run_id, size=10, mtime=1000.0, finished=True):
@@ -43,10 +46,10 @@ def test_plan_is_idempotent():
     assert plan_archive_changes(entries, cursor) == ([], [], [], cursor)
 
 
-def _evaluate(archive, cursor, instance):
+def _evaluate(archive, cursor, instance, quiet_period_s=600):
     context = build_sensor_context(
         cursor=cursor,
-        resources={"archive": ArchiveResource(root=str(archive), quiet_period_s=600)},
+        resources={"archive": ArchiveResource(root=str(archive), quiet_period_s=quiet_period_s)},
         instance=instance,
     )
     return finished_run_sensor(context), context
@@ -101,8 +104,6 @@ def test_sensor_over_an_archive_lifecycle(tmp_path):
 
 
 def test_primed_cursor_requests_nothing(tmp_path):
-    from pipeline.sensors import archive_cursor
-
     archive = tmp_path / "archive"
     write_run(archive, "grpo-a")
     write_run(archive, "dapo-live", age_s=5)
@@ -110,3 +111,43 @@ def test_primed_cursor_requests_nothing(tmp_path):
     assert set(json.loads(cursor)) == {"grpo-a"}
     result, _ = _evaluate(archive, cursor, DagsterInstance.ephemeral())
     assert isinstance(result, SkipReason)
+
+
+def _baselines(warehouse) -> dict[str, dict]:
+    con = connect(warehouse)
+    try:
+        frame = con.execute("select * from run_baselines").df()
+    finally:
+        con.close()
+    return {row["run_id"]: row for row in frame.astype(object).where(frame.notna(), None).to_dict("records")}
+
+
+# the first line of verl's resolved-config pprint, naming the experiment (run_baselines compares a run with
+# the earlier runs of its experiment)
+CONFIG_LINE = ("(TaskRunner pid=42) {'actor_rollout_ref': {'rollout': {'n': 4}}, "
+               "'trainer': {'project_name': 'p', 'experiment_name': 'grpo-exp'}}\n")
+
+
+def test_a_run_analysed_by_the_sensors_job_gets_the_baseline_row_the_command_line_gives(tmp_path):
+    archive = tmp_path / "archive"
+    for age, (rid, steps) in enumerate((("grpo-c", 5), ("grpo-b", 4), ("grpo-a", 3)), start=1):
+        log = write_run(archive, rid, steps=steps) / "train.log"
+        log.write_text(CONFIG_LINE + log.read_text())
+        set_age(log.parent, 3600.0 * age)  # grpo-a ended first, grpo-c last
+    # the command line: the three runs at once
+    analyze_archive(archive, tmp_path / "cli_wh", tmp_path / "cli_reports")
+    # the daemon: two runs analysed before, the third found by the sensor and run by its job
+    warehouse, instance = tmp_path / "wh", DagsterInstance.ephemeral()
+    analyze_archive(archive, warehouse, tmp_path / "reports", instance=instance, include={"grpo-a", "grpo-b"})
+    seen = {k: v for k, v in json.loads(archive_cursor(ArchiveResource(root=str(archive)))).items() if k != "grpo-c"}
+    result, _ = _evaluate(archive, json.dumps(seen), instance, quiet_period_s=0)
+    [request] = result.run_requests
+    instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, ["grpo-c"])
+    job = build_definitions(archive, warehouse, tmp_path / "reports", quiet_period_s=0).resolve_job_def(
+        finished_run_sensor.job_name)
+    assert job.execute_in_process(instance=instance, partition_key=request.partition_key).success
+    by_cli, by_sensor = _baselines(tmp_path / "cli_wh"), _baselines(warehouse)
+    assert set(by_sensor) == {"grpo-a", "grpo-b", "grpo-c"}
+    # grpo-a and grpo-b ended before grpo-c in its experiment: its baseline saw both
+    assert by_sensor["grpo-c"]["exp_prior_runs"] == 2
+    assert by_sensor["grpo-c"] == by_cli["grpo-c"]

@@ -30,3 +30,14 @@ def test_a_setting_is_its_variable_or_its_default(monkeypatch):
     assert settings.setting("VERL_HEALTH_REFIT_DAYS") == "7"
     monkeypatch.setenv("VERL_HEALTH_REFIT_DAYS", "3")
     assert settings.setting("VERL_HEALTH_REFIT_DAYS") == "3"
+
+
+def test_env_example_names_every_setting_and_no_other():
+    """.env.example sets (or shows, commented out) each declared setting once, and names no VERL_HEALTH_*
+    variable that is not one (in a comment either)."""
+    text = (ROOT / ".env.example").read_text()
+    assigned = re.findall(r"^#?\s*(VERL_HEALTH_\w+)=", text, re.M)
+    mentioned = set(re.findall(r"VERL_HEALTH_\w+", text))
+    assert sorted(mentioned - set(settings.SETTINGS)) == [], "names a setting that does not exist"
+    assert sorted(set(settings.SETTINGS) - set(assigned)) == [], "misses a setting"
+    assert len(assigned) == len(set(assigned)), "sets a setting twice"

@@ -38,7 +38,9 @@ def _split(names: tuple[str, ...]) -> tuple[list[str], list[str]]:
 
 RUN_BEFORE_MODEL, RUN_AFTER_MODEL = _split(tables.per_run_tables())
 FLEET_BEFORE_MODEL, FLEET_AFTER_MODEL = _split(tables.fleet_tables())
-# Per-run assets: a partition per run (the sensor's job)
-PER_RUN_ASSETS = [*tables.per_run_tables(), "run_report"]
+# The run job's assets (the sensor's, per run_id partition): a run's report and every table it reads, the
+# fleet tables among them, so a report rendered there has the rows a command-line one has. The model is
+# refitted by `analyze` and the nightly job only: runs of this job go side by side, and a fit is fleet-wide.
+RUN_JOB_ASSETS = [*tables.names(), "run_report"]
 # Fleet assets of the nightly job, the model aside (it is refitted only when due)
 NIGHTLY_ASSETS = [*tables.fleet_tables(), "fleet_report", "fleet_report_mail", "published_warehouse"]

@@ -1,5 +1,6 @@
 """Detect layer: the fleet-fitted model of normal steps (an isolation forest) and the per-run anomalous steps."""
 
+import duckdb
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -16,7 +17,7 @@ from pydantic import Field
 
 from pipeline import tables
 from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
-from pipeline.lake import table_dir
+from pipeline.lake import table_dir, table_source
 from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, model_age_days, model_refit_due, refit_after_days
 from pipeline.resources import WarehouseResource
@@ -34,10 +35,26 @@ class AnomalyModelSettings(Config):
     random_state: int = Field(default=AnomalyModelConfig.random_state, description="Fixed seed: refits are repeatable.")
 
 
+NO_STEPS = "no model fitted: the warehouse has no training step to fit on; steps are scored by the rules alone"
+
+
+def fleet_steps(root) -> int:
+    """How many steps the warehouse's step_phases holds (0 when it has no partition)."""
+    source = table_source(root, "step_phases")
+    if source is None:
+        return 0
+    with duckdb.connect() as con:
+        return con.execute(f"select count(*) from {source}").fetchone()[0]
+
+
 @asset(name=tables.MODEL, deps=tables.MODEL_READS, group_name="detect")
 def anomaly_model(context: AssetExecutionContext, config: AnomalyModelSettings, warehouse: WarehouseResource):
     """Isolation forest fitted on the fleet's ordinary steps, over a summary of every signal each run logged;
-    saved with its settings, gate and training range."""
+    saved with its settings, gate and training range. A fleet without a step (runs that died before their
+    first) has nothing to fit: no model, said so, and the next analysis with steps fits it."""
+    if not fleet_steps(warehouse.root):
+        context.log.warning(NO_STEPS)
+        return MaterializeResult(metadata={"fitted": False, "reason": NO_STEPS})
     info = fit_anomaly_model(
         warehouse.root,
         AnomalyModelConfig(
@@ -55,6 +72,7 @@ def anomaly_model(context: AssetExecutionContext, config: AnomalyModelSettings, 
             "features": MetadataValue.json(list(info.features)),
             "path": MetadataValue.path(str(info.path)),
             "version": info.version,
+            "fitted": True,
         }
     )
 

@@ -10,12 +10,17 @@ from dagster import (
     asset,
 )
 
+from pipeline import tables
 from pipeline.partitions import run_partitions
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
 from pipeline.report.batch import render_run_reports
 from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 
 DAY_TAG = "verl-health/day"
+# A report reads the warehouse as a whole: a run's page its rows of the per-run tables and the fleet's
+# baselines and error templates, the fleet page the fleet tables and the runs' summaries and anomalies. Both
+# depend on every table of the registry, so every job that renders one refreshes the tables it reads.
+REPORT_READS = tables.names()
 
 
 def report_day(context: AssetExecutionContext) -> dt.date:
@@ -25,8 +30,7 @@ def report_day(context: AssetExecutionContext) -> dt.date:
 
 
 @asset(
-    deps=["run_summary", "step_phases", "step_health", "run_events", "config_findings", "run_advice", "step_anomalies",
-          "run_baselines", "run_samples"],
+    deps=REPORT_READS,
     partitions_def=run_partitions,
     backfill_policy=BackfillPolicy.single_run(),
     group_name="report",
@@ -45,8 +49,7 @@ def run_report(context: AssetExecutionContext, warehouse: WarehouseResource,
 
 
 @asset(
-    deps=["run_summary", "step_anomalies", "fleet_daily", "fleet_weekly", "fleet_config_groups", "run_baselines",
-          "error_templates"],
+    deps=REPORT_READS,
     group_name="report",
 )
 def fleet_report(context: AssetExecutionContext, warehouse: WarehouseResource,
