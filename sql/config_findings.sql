@@ -25,7 +25,9 @@ picked as materialized (
 ),
 config_line as (
     -- first config line naming a setting, as evidence for findings about that setting
-    select run_id, setting, arg_min(file, line_no) as file, min(line_no) as line_no, arg_min(text, line_no) as text
+    -- ties (a line number in two files) broken by the file name: file, line and text of one line
+    select run_id, setting, arg_min(file, (line_no, file)) as file, min(line_no) as line_no,
+           arg_min(text, (line_no, file)) as text
     from picked
     cross join (values ('gpu_memory_utilization'), ('ppo_mini_batch_size'), ('tensor_model_parallel_size'),
                        ('train_batch_size'), ('ppo_micro_batch_size_per_gpu'), ('grad_clip'), ('use_kl_loss'),
@@ -51,8 +53,10 @@ memory_spread as (
         run_id, step, head,
         count(distinct pid) as workers,
         max(allocated_gb) as max_gb, min(allocated_gb) as min_gb,
-        arg_max(file, allocated_gb) as file, arg_max(line_no, allocated_gb) as line_no,
-        arg_max(text, allocated_gb) as text
+        -- of the lines with the most memory the first (a tie picked at random made reruns differ)
+        arg_max(file, (allocated_gb, -line_no, file)) as file,
+        arg_max(line_no, (allocated_gb, -line_no, file)) as line_no,
+        arg_max(text, (allocated_gb, -line_no, file)) as text
     from memory_lines
     where pid is not null and allocated_gb is not null
     group by all
@@ -111,7 +115,8 @@ n_mismatch as (
     where r.rollout_n is not null and g.n > 1 and g.n <> r.rollout_n
 ),
 oom_runs as (
-    select run_id, min(line_no) as line_no, arg_min(file, line_no) as file, arg_min(message, line_no) as text
+    select run_id, min(line_no) as line_no, arg_min(file, (line_no, file)) as file,
+           arg_min(message, (line_no, file)) as text
     from run_events
     where list_contains($run_ids, run_id) and event_class = 'cuda_oom'
     group by all
