@@ -111,8 +111,10 @@ engine_blocks as (
         -- the innermost verl call a traceback's frames name (an exception's own message may say
         -- "validation" and mean something else): that is the phase the run died in
         last_value(case when regexp_matches(body, '^[\s|]*File "|^\s{4,}\S') then coalesce(phase_hint,
-            -- the advantage's estimators (`compute_advantage`, `compute_grpo_outcome_advantage`) name no worker call
-            case when regexp_matches(body, 'compute_\w*advantage') then 'adv' end) end ignore nulls) over (
+            -- the advantage's estimators (`compute_advantage`, `compute_grpo_outcome_advantage`) name no worker call;
+            -- Search-R1's rollout loop (`run_llm_loop`, its retriever calls) is generation
+            case when regexp_matches(body, 'compute_\w*advantage') then 'adv'
+                 when contains(body, 'run_llm_loop') then 'gen' end) end ignore nulls) over (
             partition by run_id, file, pid, block order by line_no
             rows between unbounded preceding and current row) as block_phase,
         bool_or(phase_hint = 'ref' or contains(body, 'ref_policy')) over (

@@ -930,6 +930,34 @@ def _fourth_cases() -> list[Case]:
                          "terminated with: status = StatusCode.RESOURCE_EXHAUSTED details = \"Received message larger "
                          "than max (2147483647 vs. 2147483647)\">", "_MultiThreadedRendezvous"),
     ), "python_exception", 2, "gen", root="_MultiThreadedRendezvous"))
+    # Search-R1 (early verl, `main_task`): its rollout loop calls a retrieval server that is not up
+    mt = prefix("plain", "main_task", 162009)
+    c.append(Case("searchr1_retriever_down_in_rollout", join(
+        startup(mt, total=1005)[:-1], f"{mt}epoch 0, step 1", f"{mt}ACTIVE_TRAJ_NUM: [256]",
+        "Traceback (most recent call last):",
+        '  File "/root/Search-R1/verl/trainer/main_ppo.py", line 114, in main',
+        "    ray.get(main_task.remote(config))",
+        "ray.exceptions.RayTaskError(ConnectionError): ray::main_task() (pid=162009, ip=10.0.3.7)",
+        *fit_frame(806, "final_gen_batch_output = generation_manager.run_llm_loop("),
+        *frame("/root/Search-R1/search_r1/llm_agent/generation.py", 262, "run_llm_loop",
+               "next_obs, dones, valid_action, is_search = self.execute_predictions("),
+        *frame("/root/Search-R1/search_r1/llm_agent/generation.py", 402, "batch_search",
+               "return requests.post(self.config.search_url, json=payload).json()"),
+        "requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=8000): Max retries exceeded "
+        "with url: /retrieve (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at "
+        "0x7f1c2c3d4e50>: Failed to establish a new connection: [Errno 111] Connection refused'))",
+    ), "python_exception", 0, "gen", root="Max retries exceeded"))
+    # the job was terminated (a scheduler's or an operator's SIGTERM): every process reports the signal
+    c.append(Case("sigterm_received_by_every_process", join(
+        trained_to(16, "np2", TR),
+        f"{W}*** SIGTERM received at time=1717236000 on cpu 3 ***",
+        f"{W}PC: @     0x7f2a1c2b3c4d  (unknown)  pthread_cond_wait@@GLIBC_2.3.2",
+        f"{TR}*** SIGTERM received at time=1717236000 on cpu 7 ***",
+        f"{YELLOW}(raylet){RESET} A worker died or was killed while executing a task by an unexpected system error. "
+        "To troubleshoot the problem, check the logs for the dead worker. Worker exit type: SYSTEM_ERROR Worker exit "
+        "detail: The leased worker has unrecoverable failure. Worker is requested to be destroyed when it is "
+        "returned. RPC Error message: Socket closed; The process receives a SIGTERM.",
+    ), "interrupted", 16, None, stop_reason="sigterm", root="SIGTERM received"))
     return c
 
 
