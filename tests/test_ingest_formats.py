@@ -10,6 +10,13 @@ import pytest
 from pipeline.ingest import IngestLimits
 from tests.test_ingest_helpers import ingest_root, ingest_text, same, values
 
+
+@pytest.fixture(autouse=True, params=["hyperscan", "arrow"])
+def line_classifier(request, monkeypatch):
+    """Every format read twice: lines classified in one Hyperscan pass, and with Arrow's kernels alone."""
+    monkeypatch.setenv("VERL_HEALTH_HYPERSCAN", "1" if request.param == "hyperscan" else "0")
+    return request.param
+
 NP2 = (
     "(TaskRunner pid=3165) step:71 - global_seqlen/min:69484 - actor/entropy:0.1194450631737709 - "
     "critic/vf_loss:np.float64(0.007003280876688223) - actor/lr:np.float64(1e-06) - "

@@ -10,7 +10,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pipeline.ingest.lines import ANSI_RE, _has_crlf, _strip_ansi, split_once
+from pipeline.ingest import linescan
+from pipeline.ingest.lines import (
+    ANSI_RE,
+    K_ERROR,
+    K_OTHER,
+    K_STEP,
+    RESUME_RE,
+    SCAN_PATTERNS,
+    TRACE_FILE_RE,
+    _has_crlf,
+    _strip_ansi,
+    classify,
+    decode_block,
+    split_once,
+)
 from pipeline.ingest.memory import run_maxima
 
 TRICKY = ["", ":", "::", "a", "a:b", "a:b:c", "é:ü:1.5", "key: 1.0", ":tail", "head:", None]
@@ -94,3 +108,59 @@ def test_crlf_is_told_from_tqdm_carriage_returns() -> None:
     assert _has_crlf(b"a\r\n")
     assert not _has_crlf(b"a\rb\r")
     assert not _has_crlf(b"")
+
+
+needs_hyperscan = pytest.mark.skipif(linescan.hyperscan is None, reason="the hyperscan package is not installed")
+
+
+@needs_hyperscan
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_one_scan_matches_each_line_like_re2(seed: int) -> None:
+    """Hyperscan over the joined block flags the lines Arrow's RE2 flags, pattern by pattern."""
+    rng = random.Random(seed)
+    words = ["(TaskRunner pid=1) ", "(", ")", " ", "\t", "\r", "step:3 - a:1", "step=2, x=1", '{"step": 4',
+             '{"step":', "7", "  File \"a.py\", line 3", "^^^", "ValueError:", "Error", "WARNING", "UserWarning",
+             "10%|", "| 3/9 [", "memory allocated (GB): 1", "{'actor_rollout_ref': ", "Training from scratch",
+             "update_actor", "compute_log_prob", " - k:v", "é", "E1201 12:00:00", "[E123 4"]
+    lines = ["".join(rng.choice(words) for _ in range(rng.randrange(0, 7))) for _ in range(3000)]
+    text = pa.array(lines, pa.string())
+    got = linescan.line_matches(text, SCAN_PATTERNS)
+    for k, pattern in enumerate(SCAN_PATTERNS):
+        want = pc.match_substring_regex(text, pattern).to_numpy(zero_copy_only=False)
+        assert got[k].tolist() == want.tolist(), pattern
+
+
+@needs_hyperscan
+def test_a_match_never_reaches_into_the_next_line() -> None:
+    """A Ray prefix left open, a JSON step key, blanks before a caret line: each line is judged alone."""
+    lines = decode_block(b'(TaskRunner pid=1\nx) {"step": 3}\n{"step":\n5 apples\n  \n^^^\n')
+    assert lines.joined is not None
+    assert classify(lines.text, lines.joined).kind.tolist() == [K_OTHER] * 5 + [K_ERROR]
+    assert linescan.single_line(r"^\([^)]*\)\s+[\s,]x") == r"\n\([^\n)]*\)[\t\f\r ]+[\t\f\r ,]x"
+    with pytest.raises(ValueError):
+        linescan.single_line(r"a\Db")
+
+
+@needs_hyperscan
+def test_the_traceback_line_hyperscan_misses_with_a_caret_anchor_is_found() -> None:
+    """Hyperscan 5.4 with `^` as its multi-line anchor misses this traceback line (these two patterns, after
+    an empty line); written as the `\\n` before the line, the anchor finds it."""
+    text = pa.array(["ompute_log_probWARNING", "", '(Training from scratch) File "", line 3'])
+    found = linescan.LineScanner([TRACE_FILE_RE, RESUME_RE]).matches(text)
+    assert found.tolist() == [[False, False, True], [False, False, False]]
+
+
+@needs_hyperscan
+def test_classify_with_and_without_hyperscan_agree_on_the_real_logs(real_logs_dir, monkeypatch) -> None:
+    """Every column `classify` gives, with one Hyperscan pass and with Arrow's kernels, on every real log."""
+    for log in sorted(real_logs_dir.glob("*.log")):
+        lines = decode_block(log.read_bytes().rstrip(b"\n") + b"\n")
+        monkeypatch.setenv("VERL_HEALTH_HYPERSCAN", "1")
+        fast = classify(lines.text, lines.joined)
+        monkeypatch.setenv("VERL_HEALTH_HYPERSCAN", "0")
+        plain = classify(lines.text)
+        assert (fast.kind == K_STEP).sum() == (plain.kind == K_STEP).sum()
+        for name in ("kind", "config_open", "resume_marker"):
+            assert getattr(fast, name).tolist() == getattr(plain, name).tolist(), (log.name, name)
+        for name in ("component", "pid", "phase_hint", "ts"):
+            assert getattr(fast, name).equals(getattr(plain, name)), (log.name, name)

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .linescan import line_matches
 from .readers import IngestLimits
 
 ANSI_RE = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]"  # what `_strip_ansi` removes
@@ -82,6 +83,11 @@ PHASES = {
     "compute_reward": "reward",
     "reward_fn": "reward",
 }
+# what `classify` asks Hyperscan for, in the order `_kinds_scanned` unpacks them
+SCAN_PATTERNS = (
+    STEP_ANY_RE, MEMORY_RE, CONFIG_RE, ERROR_STRONG_RE, WARNING_RE, ERROR_WEAK_RE, PROGRESS_RE, TRACE_FILE_RE,
+    CONFIG_OPEN_RE, RESUME_RE, PHASE_RE,
+)
 KINDS = ("other", "step_metrics", "error", "warning", "config", "progress", "memory")
 K_OTHER, K_STEP, K_ERROR, K_WARNING, K_CONFIG, K_PROGRESS, K_MEMORY = range(7)
 
@@ -94,6 +100,7 @@ class Lines:
     n_undecodable: int
     n_truncated: int = 0
     crlf: bool = False  # some line ended with `\\r\\n`
+    joined: pa.Buffer | None = None  # the lines, each followed by `\\n` (None when a line was changed)
 
 
 def iter_raw_blocks(
@@ -241,10 +248,20 @@ def decode_block(raw: bytes, max_line_bytes: int = 2**62) -> Lines:
             n_long = pc.sum(pc.greater(lengths, max_line_bytes)).as_py()
             lines = pc.binary_slice(lines, 0, max_line_bytes)
     try:
-        return Lines(pc.cast(lines, pa.string()), 0, n_long, crlf)
+        text = pc.cast(lines, pa.string())
     except pa.ArrowInvalid:
         text, n_bad = _decode_replacing(lines)
         return Lines(text, n_bad, n_long, crlf)
+    return Lines(text, 0, n_long, crlf, None if n_long else _whole_lines(big))
+
+
+def _whole_lines(big: pa.Array) -> pa.Buffer | None:
+    """The bytes of a one-value block if they end with `\\n` (so they hold exactly its split lines)."""
+    start, end = np.frombuffer(big.buffers()[1], dtype=np.int64)[big.offset : big.offset + 2]
+    data = big.buffers()[2]
+    if end == start or data[end - 1] != ord("\n"):
+        return None
+    return data.slice(start, end - start)
 
 
 def _decode_replacing(lines: pa.Array) -> tuple[pa.StringArray, int]:
@@ -296,12 +313,42 @@ def _scatter(n: int, idx: np.ndarray, values: pa.Array, type_: pa.DataType) -> p
     return values.take(pa.array(pos, mask=pos < 0))
 
 
-def classify(text: pa.StringArray) -> Classified:
-    """Kind, Ray prefix, phase hint and timestamp of every line.
+def classify(text: pa.StringArray, joined: pa.Buffer | None = None) -> Classified:
+    """Kind, Ray prefix, phase hint and timestamp of every line (`joined`: the lines each followed by `\\n`).
 
-    Step lines are found with cheap prefilters first; the other patterns only look at the rest, and
-    the non-memory lines are deduplicated first (warnings and other chatter repeat a lot).
+    With Hyperscan every kind pattern is matched in one pass over the block (`linescan`); without it,
+    step lines are found with cheap prefilters first, the other patterns only look at the rest, and the
+    non-memory lines are deduplicated first (warnings and other chatter repeat a lot).
     """
+    hits = line_matches(text, SCAN_PATTERNS, joined)
+    kind, config_open, resume_marker, phase_names = (
+        _kinds_scanned(text, hits) if hits is not None else _kinds_by_arrow(text)
+    )
+    component, pid = _prefix(text)
+    return Classified(kind, component, pid, phase_names, _timestamps(text), config_open, resume_marker)
+
+
+def _kinds_scanned(text: pa.StringArray, hits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array]:
+    """Kinds, config and resume flags and phases from the per-line matches of `SCAN_PATTERNS`."""
+    n = len(text)
+    kind = np.zeros(n, dtype=np.int8)
+    step, memory, config, error, warning, error_weak, progress, trace, config_opens, resumes, phase = hits
+    kind[step] = K_STEP
+    kind[memory & ~step] = K_MEMORY
+    rest = kind == K_OTHER
+    for mask, code in ((progress, K_PROGRESS), (error_weak, K_ERROR), (warning, K_WARNING),
+                       (error, K_ERROR), (config, K_CONFIG)):  # the first pattern of the order wins: set last
+        kind[rest & mask] = code
+    is_config = kind == K_CONFIG
+    _mark_trace_code_lines(text, kind, np.flatnonzero(rest & trace))
+    named = np.flatnonzero(phase & ~step)
+    return kind, is_config & config_opens, is_config & resumes, _scatter(
+        n, named, _phase(text.take(pa.array(named))), pa.string()
+    )
+
+
+def _kinds_by_arrow(text: pa.StringArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array]:
+    """Kinds, config and resume flags and phases with Arrow's RE2 kernels, one pattern at a time."""
     n = len(text)
     kind = np.zeros(n, dtype=np.int8)
     config_open = np.zeros(n, dtype=bool)
@@ -323,8 +370,7 @@ def classify(text: pa.StringArray) -> Classified:
     if len(memory_at):
         memory_phase = _phase(text.take(pa.array(memory_at)))
         phase_names = pc.coalesce(phase_names, _scatter(n, memory_at, memory_phase, pa.string()))
-    component, pid = _prefix(text)
-    return Classified(kind, component, pid, phase_names, _timestamps(text), config_open, resume_marker)
+    return kind, config_open, resume_marker, phase_names
 
 
 def _step_lines(text: pa.StringArray) -> np.ndarray:

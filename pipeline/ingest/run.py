@@ -124,7 +124,7 @@ def _stage_a(raw: bytes, limits: IngestLimits) -> BlockResult:
     lines = decode_block(raw, limits.max_line_bytes)
     rows = StepRows()
     try:
-        cls = classify(lines.text)
+        cls = classify(lines.text, lines.joined)
         parse_step_lines(lines.text, np.flatnonzero(cls.kind == K_STEP), rows)
         parse_memory_lines(lines.text, np.flatnonzero(cls.kind == K_MEMORY), rows)
         cls.kind[rows.tails] = K_STEP
