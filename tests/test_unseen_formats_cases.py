@@ -958,6 +958,21 @@ def _fourth_cases() -> list[Case]:
         "detail: The leased worker has unrecoverable failure. Worker is requested to be destroyed when it is "
         "returned. RPC Error message: Socket closed; The process receives a SIGTERM.",
     ), "interrupted", 16, None, stop_reason="sigterm", root="SIGTERM received"))
+    # SGLang's scheduler announces its exception before the traceback that says what it was
+    sw = prefix("plain", "WorkerDict", 4001)
+    c.append(Case("sglang_scheduler_oom_at_init", join(
+        startup(TR, engine="sglang"),
+        f"{sw}[2025-11-20 01:13:05 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        f'{sw}  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/managers/scheduler.py", line 2301, in '
+        "run_scheduler_process",
+        f"{sw}    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, pp_rank, dp_rank)",
+        f'{sw}  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/model_executor/model_runner.py", line 1401, '
+        "in init_memory_pool",
+        f"{sw}    self.req_to_token_pool = ReqToTokenPool(",
+        f"{sw}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
+        "79.11 GiB of which 1.21 GiB is free.",
+        init_failure([], "RuntimeError: Initialization failed. Please see the error messages above.", "RuntimeError"),
+    ), "cuda_oom", 0, "startup", root="CUDA out of memory"))
     return c
 
 
