@@ -287,21 +287,28 @@ def refresh_catalog(warehouse: str | Path) -> Path:
 
     The views name absolute paths: DuckDB resolves a relative path against the shell's working
     folder, so a catalog written with relative paths would open only from where it was written.
-    A view reads its files when queried, so a catalog whose views already read the present tables' files
-    is left as it is: creating a view over a table's every partition reads each file's footer.
+    A view reads its files when queried, and creating one over a table's every partition reads each file's
+    footer: so only the views of tables that appeared, went or moved are written again, on a copy of the
+    catalog, and a catalog whose views already read the present tables is left as it is.
     """
     warehouse = Path(warehouse).resolve()
     final = warehouse / CATALOG_FILE
     sources = present_tables(warehouse)
-    if _catalog_sources(final) == sources:
+    written = _catalog_sources(final)
+    if written == sources:
         return final
     tmp = warehouse / f".{CATALOG_FILE}.{uuid.uuid4().hex}.tmp"
+    if written is not None:
+        shutil.copyfile(final, tmp)
     con = duckdb.connect(str(tmp))
     try:
+        for table in (written or {}).keys() - sources.keys():
+            con.execute(f"drop view if exists {table}")
         for table, src in sources.items():
-            con.execute(f"create or replace view {table} as select * from {src}")
-            # the source as written, to tell next time whether the view still reads what is present
-            con.execute(f"comment on view {table} is {_quote_text(src)}")
+            if (written or {}).get(table) != src:
+                con.execute(f"create or replace view {table} as select * from {src}")
+                # the source as written, to tell next time whether the view still reads what is present
+                con.execute(f"comment on view {table} is {_quote_text(src)}")
     finally:
         con.close()
     os.replace(tmp, final)

@@ -20,7 +20,7 @@ def _views(wh) -> dict[str, int]:
 
 def test_catalog_follows_new_runs_and_new_tables_and_is_left_alone_otherwise(tmp_path):
     """One run of step_health (2 rows): a view of 2 rows. A second run (3 rows): the same file, now 5 rows.
-    A fleet table written since (1 row): the catalog is written again with its view."""
+    A fleet table written since (1 row): the catalog is written again with its view; the table gone, without."""
     wh = tmp_path / "wh"
     lake.write_run_table(wh, "step_health", "run-a", pa.table({"step": [1, 2]}))
     catalog = lake.refresh_catalog(wh)
@@ -36,6 +36,10 @@ def test_catalog_follows_new_runs_and_new_tables_and_is_left_alone_otherwise(tmp
     lake.refresh_catalog(wh)
     assert catalog.stat().st_ino != first.st_ino
     assert _views(wh) == {"step_health": 5, "fleet_daily": 1}
+
+    lake.fleet_table_path(wh, "fleet_daily").unlink()
+    lake.refresh_catalog(wh)
+    assert _views(wh) == {"step_health": 5}
 
 
 def test_a_catalog_held_open_for_writing_is_replaced(tmp_path):
