@@ -513,11 +513,13 @@ scheduler_idle as (
     group by all
 ),
 debugger as (
-    -- the line saying it waits, else the one saying where the debugger listens
+    -- the line saying it waits, else the one saying where the debugger listens (Ray's distributed debugger, or
+    -- the older `ray debug` RemotePdb)
     select run_id, arg_min(file, [waiting, line_no]) as file, arg_min(line_no, [waiting, line_no]) as line_no,
            arg_min(text, [waiting, line_no]) as text
     from (select *, case when text like '%Waiting for debugger to attach%' then 0 else 1 end as waiting from tail)
     where text like '%Ray debugger is listening%' or text like '%Waiting for debugger to attach%'
+       or text like '%RemotePdb session open at%'
     group by all
 ),
 disk_pressure as (

@@ -973,6 +973,11 @@ def _fourth_cases() -> list[Case]:
         "79.11 GiB of which 1.21 GiB is free.",
         init_failure([], "RuntimeError: Initialization failed. Please see the error messages above.", "RuntimeError"),
     ), "cuda_oom", 0, "startup", root="CUDA out of memory"))
+    # paused at a breakpoint in the trainer (older Ray's `ray debug`) after some steps
+    c.append(Case("remote_pdb_breakpoint_after_steps", join(
+        trained_to(3, "np2", TR),
+        f"{TR}RemotePdb session open at 10.0.3.7:41235, use 'ray debug' to connect...",
+    ), "hang", 3, "gen", root="RemotePdb session open"))
     return c
 
 
