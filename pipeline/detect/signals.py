@@ -45,7 +45,8 @@ PERIODIC_KEYS = ("timing_s/testing", "timing/testing", "timing_s/save_checkpoint
 # in [0, 1] whose size, not its ratio to a near-zero usual value, says how much is affected.
 SHARE_KEYS = r"clip_ratio|aborted_ratio|clipfrac"
 SHARE_SCALE = 0.1
-STILL_SHARE = 0.9  # a series that does not change on this share of its steps: any change is news
+STILL_SHARE = 0.9  # a series that does not change on this share of its steps: any change is news ...
+STILL_CHANGES = 2  # ... when it is a share of the batch or changed at most this often
 SCALE_FLOOR = 0.02  # smallest noise level (transformed units: about 2% of the typical magnitude)
 MASK_Z = 3.0  # |z| above which a row is kept out of the baseline
 # The noise level also covers this quantile of |step-to-step change| (TAIL_Z: its value for unit
@@ -155,15 +156,17 @@ def _group_quantiles_of(values: np.ndarray, group: np.ndarray, starts: np.ndarra
     return _group_quantiles(frac / (1.0 - frac), np.floor(ordered).astype(np.int64), len(starts), qs)
 
 
-def _noise(y: np.ndarray, group: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def _noise(y: np.ndarray, group: np.ndarray, starts: np.ndarray, sizes: np.ndarray, share: np.ndarray) -> np.ndarray:
     """Noise level of each group from its step-to-step changes: the larger of the median-based and
     the tail-quantile-based estimate (both equal the standard deviation for Gaussian noise), floored.
 
     Changes barely see slow trends and level shifts; the tail estimate keeps heavy-tailed signals
     (pre-clip gradient norms, losses near zero) from scoring their ordinary swings as anomalies.
     Changes of zero are left out (a score that sits at 1 would have no noise at all), except for a
-    series that does not change on STILL_SHARE of its steps: there the few changes are events
-    (rollouts aborted where none ever are, a best score that sits at 1 dropping), not its noise.
+    series that does not change on STILL_SHARE of its steps and is a share of the batch (`share`)
+    or changed at most STILL_CHANGES times (left its value once and came back): there the changes
+    are events (rollouts aborted where none ever are, a best score that sits at 1 dropping), not
+    its noise.
     """
     d = np.abs(np.r_[np.nan, np.diff(y)])
     d[starts] = np.nan
@@ -173,8 +176,12 @@ def _noise(y: np.ndarray, group: np.ndarray, starts: np.ndarray, sizes: np.ndarr
     known = np.isfinite(d)
     with np.errstate(invalid="ignore"):
         unchanged = _group_reduce((known & (d <= 1e-12)).astype(np.int64), starts, sizes, "sum")[starts]
-    still = unchanged >= STILL_SHARE * np.maximum(_group_reduce(known.astype(np.int64), starts, sizes, "sum")[starts], 1)
-    sigma = np.where(still, SCALE_FLOOR, sigma)
+    count = _group_reduce(known.astype(np.int64), starts, sizes, "sum")[starts]
+    still = unchanged >= STILL_SHARE * np.maximum(count, 1)
+    # a share is news whenever it moves; any other series only when it left its value once (a few
+    # scattered dips of a maximum that sits at the length limit are its texture)
+    once = count - unchanged <= STILL_CHANGES
+    sigma = np.where(still & (share[starts] | once), SCALE_FLOOR, sigma)
     return np.repeat(sigma, sizes)
 
 
@@ -240,7 +247,7 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
     x = np.where(periodic | warmup, np.nan, value)
     share = np.asarray(keys.str.contains(SHARE_KEYS), dtype=bool)[key]
     y, typical = _transform(x, starts, sizes, share)
-    sigma = _noise(y, group, starts, sizes)
+    sigma = _noise(y, group, starts, sizes, share)
     finite = np.isfinite(y)
     # A row stays out of the baseline when it is far from the line through the rows before it, the
     # line through the rows after it, or the line that skips its nearest neighbours on both sides:
