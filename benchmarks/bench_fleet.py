@@ -70,14 +70,16 @@ def plain_logs(archive: Path, out: Path) -> list[Path]:
     return written
 
 
-def scenario(name: str, archive: Path, files: list[Path], scratch: Path) -> dict:
-    """`analyze` (fresh warehouse and Dagster home), the hand-written parse and DuckDB's read, with ratios."""
+def scenario(name: str, archive: Path, files: list[Path], scratch: Path, again: bool = False) -> dict:
+    """`analyze` (fresh warehouse and Dagster home), the hand-written parse and DuckDB's read, with ratios;
+    with `again`, `analyze` once more on the same warehouse (a night with every run unchanged)."""
     work = scratch / name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     load_before = os.getloadavg()[0]
-    ours = measure([*VERL_HEALTH, "analyze", str(archive), "--warehouse", str(work / "warehouse"),
-                    "--reports", str(work / "reports")])
+    analyze = [*VERL_HEALTH, "analyze", str(archive), "--warehouse", str(work / "warehouse"),
+               "--reports", str(work / "reports")]
+    ours = measure(analyze)
     hand = measure([PY, str(REPO / "benchmarks" / "baseline_handwritten.py"), str(work / "csv"), *map(str, files)])
     duck = measure([PY, "-c", DUCKDB_READ, *map(str, files)])
     reports = len(list((work / "reports").glob("runs/*.html")))
@@ -89,6 +91,9 @@ def scenario(name: str, archive: Path, files: list[Path], scratch: Path) -> dict
     row["analyze time over hand-written (CPU)"] = round(ours["cpu"] / hand["cpu"], 2)
     row["analyze time over duckdb read (wall)"] = round(ours["wall"] / duck["wall"], 1)
     row["load average (1 min) before / after"] = f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"
+    if again:
+        same = measure(analyze)
+        row["analyze again, nothing changed: wall s / CPU s"] = f"{same['wall']:.1f} / {same['cpu']:.1f}"
     shutil.rmtree(work / "csv", ignore_errors=True)
     return row
 
@@ -100,6 +105,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--real-copies", type=int, default=0, help="also the real-log fleet, each log N times")
     ap.add_argument("--repeat", type=int, default=1, help="measure each scenario this many times")
+    ap.add_argument("--again", action="store_true", help="then analyze again with every run unchanged")
     ap.add_argument("--keep", type=Path, help="work folder to keep (warehouse, reports)")
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
@@ -111,7 +117,7 @@ def main() -> None:
         for name, archive in archives:
             files = plain_logs(archive, scratch / f"{name}-plain")
             for _ in range(args.repeat):
-                row = scenario(name, archive, files, scratch)
+                row = scenario(name, archive, files, scratch, args.again)
                 print("\n".join(f"{key:40s} {v}" for key, v in row.items()), "\n", flush=True)
     finally:
         if not args.keep:
