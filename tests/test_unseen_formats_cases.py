@@ -8,6 +8,7 @@ small and made of the lines that matter, with the noise real runs carry around t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -981,4 +982,13 @@ def _fourth_cases() -> list[Case]:
     return c
 
 
-CASES = _first_cases() + _more_cases() + _third_cases() + _fourth_cases()
+def _pasted_without_escapes(cases: list[Case]) -> list[Case]:
+    """Cases coloured as Ray prints to a terminal, then pasted from a web page that dropped the ESC byte of
+    each colour code: `[36m(TaskRunner pid=3165)[0m step:...`."""
+    coloured = re.compile(r"^(?:\x1b)?(?:\[\d+m)?(\([^()]*pid=\d+[^()]*\))(?:\x1b)?(?:\[0m)? ?", re.M)
+    return [Case(f"{c.name}_esc_lost", coloured.sub(r"[36m\1[0m ", c.text).replace(ESC, ""), c.failure_class,
+                 c.last_step, c.phase, c.stop_reason, c.root) for c in cases]
+
+
+_BASE = _first_cases() + _more_cases() + _third_cases() + _fourth_cases()
+CASES = _BASE + _pasted_without_escapes([c for c in _BASE if "pid=" in c.text])

@@ -18,6 +18,7 @@ from .linescan import line_matches
 from .readers import IngestLimits
 
 ANSI_RE = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]"  # what `_strip_ansi` removes
+ANSI_REMNANT_RE = r"(?:\^\[|\\u001b|\\x1b|\\033)?\[[0-9;]{1,12}m"
 _CSI_PARAM = np.zeros(256, dtype=bool)
 _CSI_PARAM[np.frombuffer(b"0123456789;?", np.uint8)] = True
 _CSI_INTERMEDIATE = np.zeros(256, dtype=bool)
@@ -238,6 +239,9 @@ def decode_block(raw: bytes, max_line_bytes: int = 2**62) -> Lines:
     crlf = _has_crlf(raw)
     if b"\x1b" in raw:
         big = _big(_strip_ansi(raw))
+    if b"[0m" in raw and pc.any(pc.match_substring(big, b"[0m")).as_py():
+        # colour codes whose ESC a web page or an editor dropped (`[36m(TaskRunner pid=1)[0m`, `^[[36m`)
+        big = pc.replace_substring_regex(big, ANSI_REMNANT_RE, b"")
     if crlf:
         big = pc.replace_substring(big, b"\r\n", b"\n")
     lines = _split_lines(big)
