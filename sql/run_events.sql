@@ -58,16 +58,18 @@ with patterns(priority, event_class, pattern) as (
 lines as (
     select
         * exclude (component),
-        coalesce(component, nullif(regexp_extract(text, '^' || k8s_ts || '\(([^\s()=,]+) pid=', 1), '')) as component,
+        -- a container runtime's stamp before everything else (`kubectl logs --timestamps`) hides the Ray prefix
+        -- from ingest. Patterns are constants: one built per row is compiled for every row
+        coalesce(component, nullif(regexp_extract(
+            text, '^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z \(([^\s()=,]+) pid=', 1), '')) as component,
         -- the Ray prefix is already in `component`; match on the message itself, indentation kept
-        regexp_replace(regexp_replace(text, '^' || k8s_ts, ''), '^\([^)]*\) ?', '') as body
+        regexp_replace(text, '^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?(?:\([^)]*\) ?)?', '') as body
     from (
         select
             run_id, file, line_no, kind, component, pid, segment, step, phase_hint, ts, text,
-            -- a container runtime's stamp before everything else (`kubectl logs --timestamps`)
-            '\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ' as k8s_ts,
             -- fatal signals, scheduler stops, Ray's dead-worker notice and Hydra's refusals do not read like
-            -- errors, nor do device allocators' failures. LIKE first: a regex over every line of a big log costs seconds
+            -- errors, nor do device allocators' failures. LIKE first: a regex over every line of a big log
+            -- costs seconds
             (text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
              or text like '%Terminated%' or text like '%State: %' or text like '%Fatal Python error%'
              or text like '%terminate called after throwing%' or text like '%Signals.SIG%'
