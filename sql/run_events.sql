@@ -48,7 +48,7 @@ with patterns(priority, event_class, pattern) as (
         (58, 'import_error', '(ModuleNotFoundError|ImportError)\b|undefined symbol'),
         -- Hydra refusing the command line's overrides: a config error, printed without a Python exception
         (59, 'config_error', 'Could not override ''|Key ''[^'']*'' is not in struct|Error merging override|Could not append to config'
-                             '|Could not load ''[^'']*''|Missing mandatory value|LexerNoViableAltException|mismatched input ''.*'' expecting'),
+                             '|Missing mandatory value|LexerNoViableAltException|mismatched input ''.*'' expecting'),
         (60, 'python_exception', '^[\s|]*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?:\([\w.]*\))?(?::|\s*$)'),
         -- known noise
         (70, 'ray_metrics_exporter', 'metrics exporter agent|Failed to establish connection to the metrics exporter'),
@@ -73,13 +73,13 @@ lines as (
             (text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
              or text like '%Terminated%' or text like '%State: %' or text like '%Fatal Python error%'
              or text like '%terminate called after throwing%' or text like '%Signals.SIG%'
-             or text like '%PBS: job killed%' or text like '%TERM_RUNLIMIT%' or text like '%Could not %'
+             or text like '%PBS: job killed%' or text like '%TERM_RUNLIMIT%' or text like '%Could not %override%' or text like '%Could not append%'
              or text like '%is not in struct%' or text like '%Missing mandatory value%'
              or text like '%LexerNoViableAlt%' or text like '%mismatched input%' or text like '%out of memory%'
              or text like '%oom-kill%' or text like '%out-of-memory handler%')
             and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|: line \d+: +\d+ Terminated\b'
                                      '|State: (TIMEOUT|CANCELLED|OUT_OF_MEMORY)|oom-kill|out-of-memory handler|Fatal Python error|terminate called after throwing|Signals\.SIG'
-                                     '|PBS: job killed|TERM_RUNLIMIT|Could not (override|append to config|load) '''
+                                     '|PBS: job killed|TERM_RUNLIMIT|Could not override ''|Could not append to config'
                                      '|is not in struct|Missing mandatory value|LexerNoViableAlt|mismatched input'
                                      -- an allocator's own message: `cuda error: out of memory at ...cumem_allocator.cpp`
                                      '|(?i:(cuda|curesult) error:? .*out of memory)') as notable
