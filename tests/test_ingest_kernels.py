@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from pipeline.ingest import linescan
+from pipeline.ingest.config import ConfigCollector, bracket_deltas
 from pipeline.ingest.lines import (
     ANSI_RE,
     K_ERROR,
@@ -164,3 +165,56 @@ def test_classify_with_and_without_hyperscan_agree_on_the_real_logs(real_logs_di
             assert getattr(fast, name).tolist() == getattr(plain, name).tolist(), (log.name, name)
         for name in ("component", "pid", "phase_hint", "ts"):
             assert getattr(fast, name).equals(getattr(plain, name)), (log.name, name)
+
+
+def _bracket_delta_by_hand(line: str) -> int:
+    """The rule, one character at a time: brackets count outside quotes; a backslash escapes inside them."""
+    depth, quote, escaped = 0, "", False
+    for ch in line:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+    return depth
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_bracket_deltas_count_outside_quotes(seed: int) -> None:
+    rng = random.Random(seed)
+    alphabet = ["{", "}", "[", "]", "(", ")", "'", '"', "\\", "a", " ", "é", ":"]
+    lines = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12))) for _ in range(3000)]
+    lines += ["'a': {'b(': [1, 2],", "'x\\' [': (", "'open [", "", "é{", ")))", "\"q\\\\\" ["]
+    got = bracket_deltas(pa.array(["pad{", *lines], pa.string()).slice(1))
+    assert got.tolist() == [_bracket_delta_by_hand(line) for line in lines]
+    assert bracket_deltas(pa.array(["'a': {'b(': [1, 2],", "'open [", "]}"])).tolist() == [1, 0, -2]
+
+
+def test_config_dump_collected_across_blocks_around_other_output() -> None:
+    """A dump's lines (its prefix, continuation lines) are taken until its brackets close, over two blocks;
+    another process's line and a warning of its own process inside it are left out."""
+    first = pa.array([
+        "(TaskRunner pid=5) {'actor_rollout_ref': {'a': 1,",
+        "(Worker pid=9) {'b': 2}",
+        "(TaskRunner pid=5) WARNING: something",
+        "(TaskRunner pid=5)                        'c': [1,",
+    ])
+    second = pa.array([
+        "(TaskRunner pid=5)                              2]},",
+        "(TaskRunner pid=5)  'd': 'x}'}",
+        "(TaskRunner pid=5)  'e': 3}",
+    ])
+    dump = ConfigCollector(first[0].as_py())
+    taken, offered = dump.take(first, 0)
+    assert taken.tolist() == [0, 3] and offered == 4 and not dump.done
+    taken, offered = dump.take(second, 0)
+    assert taken.tolist() == [0, 1] and offered == 2 and dump.done
+    assert dump.parse()[0] == {"actor_rollout_ref": {"a": 1, "c": [1, 2]}, "d": "x}"}

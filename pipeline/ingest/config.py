@@ -7,10 +7,19 @@ import json
 import re
 from typing import Any
 
-PREFIX = re.compile(r"^\([^)]*\) ")
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .lines import _mask
+
+PREFIX_RE = r"^\([^)]*\) "
+PREFIX = re.compile(PREFIX_RE)
 # a pprint continuation line: indented, then a key/string, number, literal or bracket (other output of
 # the same process, e.g. a warning on stderr, can be interleaved and is skipped)
 CONTINUATION = re.compile(r"""^\s*(?:'|"|[-\d.{}\[\]():,]|None\b|True\b|False\b|inf\b|nan\b)""")
+# a quoted string and what it escapes, to its closing quote or the end of the line
+QUOTED_RE = r"""'(?:[^'\\]|\\.)*(?:'|\\?$)|"(?:[^"\\]|\\.)*(?:"|\\?$)"""
 BARE_FLOATS = re.compile(r"(?<=[\s:\[(,])(-?inf|nan)(?=[,\]})\s]|$)")
 TOTAL_STEPS = re.compile(r"Total training steps: (?P<n>\d+)")
 MAX_CONFIG_LINES = 20_000
@@ -50,24 +59,21 @@ FLOAT_FIELDS = ("gpu_memory_utilization", "actor_lr")
 INT_FIELDS = tuple(k for k in CONFIG_FIELDS if k not in STRING_FIELDS + FLOAT_FIELDS)
 
 
-def bracket_delta(line: str) -> int:
-    """Opening minus closing brackets outside quoted strings."""
-    depth, quote, escaped = 0, "", False
-    for ch in line:
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "{[(":
-            depth += 1
-        elif ch in "}])":
-            depth -= 1
-    return depth
+_BRACKET = np.zeros(256, dtype=np.int64)
+_BRACKET[np.frombuffer(b"{[(", np.uint8)] = 1
+_BRACKET[np.frombuffer(b"}])", np.uint8)] = -1
+
+
+def bracket_deltas(lines: pa.StringArray) -> np.ndarray:
+    """Per line: opening minus closing brackets outside quoted strings (a quote left open runs to the end)."""
+    bare = pc.replace_substring_regex(lines, QUOTED_RE, "")
+    if len(bare) == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.frombuffer(bare.buffers()[1], dtype=np.int32)[bare.offset : bare.offset + len(bare) + 1]
+    data = np.frombuffer(bare.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+    running = np.concatenate([[0], np.cumsum(_BRACKET[data])])  # brackets are ASCII: never inside a UTF-8 character
+    at = offsets - offsets[0]
+    return running[at[1:]] - running[at[:-1]]
 
 
 class ConfigCollector:
@@ -76,36 +82,62 @@ class ConfigCollector:
     def __init__(self, first_line: str):
         m = PREFIX.match(first_line)
         self.prefix = m.group(0) if m else ""
-        self.parts: list[str] = []
+        self.parts: list[pa.Array] = []  # the bodies of the block's lines, a block of the log at a time
         self.depth = 0
         self.n_seen = 0
         self.done = False
 
-    def feed(self, line: str) -> bool:
-        """Offer the next line; True if it belongs to the block."""
-        self.n_seen += 1
+    def take(self, text: pa.StringArray, start: int) -> tuple[np.ndarray, int]:
+        """Offer `text[start:]` line by line until the block closes: the positions of the lines that belong
+        to it, and how many lines were offered (all the rest unless it closed)."""
+        taken: list[np.ndarray] = []
+        pos, size = start, 512  # a dump is a few hundred lines: the windows grow from there
+        while pos < len(text) and not self.done:
+            window = text.slice(pos, size)
+            belongs, offered = self._offer(window)
+            taken.append(pos + belongs)
+            pos += offered
+            size *= 4
+        return (np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)), pos - start
+
+    def _offer(self, lines: pa.StringArray) -> tuple[np.ndarray, int]:
+        """The lines of `lines` that belong to the block (up to the one closing it), and how many were offered."""
+        m = len(lines)
         if self.prefix:
-            if not line.startswith(self.prefix):
-                return False
-            body = line[len(self.prefix) :]
+            candidates = np.flatnonzero(_mask(pc.starts_with(lines, self.prefix)))
+            bodies = pc.utf8_slice_codeunits(lines.take(pa.array(candidates)), len(self.prefix))
         else:
-            if PREFIX.match(line):
-                return False
-            body = line
-        if self.parts and not CONTINUATION.match(body):
-            return False
-        self.parts.append(body)
-        self.depth += bracket_delta(body)
-        if self.depth <= 0 or self.n_seen > MAX_CONFIG_LINES:
-            self.done = True
-        return True
+            candidates = np.flatnonzero(~_mask(pc.match_substring_regex(lines, PREFIX_RE)))
+            bodies = lines.take(pa.array(candidates))
+        # Python's `re` per line: a dump is a few hundred lines, and RE2 would compile this pattern's
+        # Unicode classes (Python's \s, \d, \b) for each (12 ms)
+        belongs = np.array([CONTINUATION.match(body) is not None for body in bodies.to_pylist()], dtype=bool)
+        kept = bodies.filter(pa.array(belongs, pa.bool_()))
+        at = candidates[belongs]
+        depth = self.depth + np.cumsum(bracket_deltas(kept))
+        seen = self.n_seen + at + 1
+        closing = np.flatnonzero((depth <= 0) | (seen > MAX_CONFIG_LINES))
+        if len(closing):
+            last = closing[0]
+            at, offered, self.done = at[: last + 1], int(at[last]) + 1, True
+            kept = kept.slice(0, last + 1)
+            self.depth = int(depth[last])
+        else:
+            offered = m
+            self.depth = int(depth[-1]) if len(depth) else self.depth
+        self.n_seen += offered
+        if len(at):
+            self.parts.append(kept)
+        return at, offered
 
     def parse(self) -> tuple[dict | None, str | None]:
         """The config dict, or None and why not."""
         if self.depth > 0:
-            return None, f"config pprint not closed after {len(self.parts)} lines (log truncated?)"
+            n_lines = sum(len(part) for part in self.parts)
+            return None, f"config pprint not closed after {n_lines} lines (log truncated?)"
+        bodies = [body for part in self.parts for body in part.to_pylist()]
         text = BARE_FLOATS.sub(
-            lambda m: "None" if m.group(1) == "nan" else m.group(1)[:-3] + "1e999", "\n".join(self.parts)
+            lambda m: "None" if m.group(1) == "nan" else m.group(1)[:-3] + "1e999", "\n".join(bodies)
         )
         try:
             value = ast.literal_eval(text)

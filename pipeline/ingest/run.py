@@ -311,27 +311,22 @@ class _RunIngest:
         self, text: pa.StringArray, kind: np.ndarray, opens: np.ndarray, state: FileState
     ) -> None:
         """Mark the pprint's lines as config and parse it; read `Total training steps: N`."""
-        starts = np.flatnonzero(opens).tolist()
+        starts = np.flatnonzero(opens)
         pos = 0
         n = len(text)
-        while pos < n and (state.collector is not None or starts):
+        while pos < n:
             if state.collector is None:
-                pos = starts.pop(0)
-                if pos >= n:
+                k = np.searchsorted(starts, pos)
+                if k == len(starts):
                     break
+                pos = int(starts[k])
                 state.collector = ConfigCollector(text[pos].as_py())
-            window = text.slice(pos, 1024).to_pylist()
-            for off, line in enumerate(window):
-                if state.collector.feed(line):
-                    kind[pos + off] = K_CONFIG
-                if state.collector.done:
-                    self._finish_config(state.collector)
-                    state.collector = None
-                    pos += off + 1
-                    break
-            else:
-                pos += len(window)
-            starts = [s for s in starts if s >= pos]
+            taken, offered = state.collector.take(text, pos)
+            kind[taken] = K_CONFIG
+            pos += offered
+            if state.collector.done:
+                self._finish_config(state.collector)
+                state.collector = None
         cfg_idx = np.flatnonzero(kind == K_CONFIG)
         if len(cfg_idx):
             hits = pc.extract_regex(text.take(pa.array(cfg_idx)), TOTAL_STEPS.pattern)
