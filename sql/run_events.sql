@@ -104,7 +104,10 @@ blocks as (
         -- default range frame took seconds on a big log's 250k error lines
         sum(contains(body, 'Traceback (most recent call last)')::integer) over (
             partition by run_id, file, pid order by line_no rows between unbounded preceding and current row
-        )::bigint as block
+        )::bigint as block,
+        -- Python announces an exception it ignored (in a finaliser, an atexit callback) before its traceback
+        contains(body, 'Traceback (most recent call last)') and starts_with(lag(body) over (
+            partition by run_id, file, pid order by line_no), 'Exception ignored in') as ignored_header
     from ordered
 ),
 engine_blocks as (
@@ -119,6 +122,9 @@ engine_blocks as (
                  when contains(body, 'run_llm_loop') then 'gen' end) end ignore nulls) over (
             partition by run_id, file, pid, block order by line_no
             rows between unbounded preceding and current row) as block_phase,
+        bool_or(ignored_header) over (
+            partition by run_id, file, pid, block order by line_no
+            rows between unbounded preceding and current row) as ignored,
         bool_or(phase_hint = 'ref' or contains(body, 'ref_policy')) over (
             partition by run_id, file, pid, block order by line_no
             rows between unbounded preceding and current row) as in_ref,
@@ -177,8 +183,10 @@ select
             then 'ray_task_error:' || regexp_extract(e.body, 'RayTaskError\((\w+)\)', 1)
         else coalesce(c.event_class, e.kind || '_other')
     end as event_class,
-    -- a stop is what ended the run even when it is logged as a warning (torch elastic's death-signal notice)
-    case when e.kind in ('error', 'warning') and coalesce(c.event_class, '') not in (
+    -- a stop is what ended the run even when it is logged as a warning (torch elastic's death-signal notice);
+    -- an exception Python ignored ended nothing
+    case when e.ignored then 'warning'
+         when e.kind in ('error', 'warning') and coalesce(c.event_class, '') not in (
              'keyboard_interrupt', 'time_limit', 'cancelled', 'sigterm') then e.kind else 'error' end as kind,
     e.component,
     e.body as message,

@@ -979,6 +979,15 @@ def _fourth_cases() -> list[Case]:
         trained_to(3, "np2", TR),
         f"{TR}RemotePdb session open at 10.0.3.7:41235, use 'ray debug' to connect...",
     ), "hang", 3, "gen", root="RemotePdb session open"))
+    # Python ignored an exception in a finaliser (a DataLoader's worker iterator): the run went on
+    c.append(Case("exception_ignored_in_finaliser", join(
+        trained_to(7, "np2", TR),
+        f"{TR}Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3b2c1d5e50>",
+        f"{TR}Traceback (most recent call last):",
+        f'{TR}  File "/usr/local/lib/python3.10/dist-packages/torch/utils/data/dataloader.py", line 1479, in __del__',
+        f"{TR}    self._shutdown_workers()",
+        f"{TR}AssertionError: can only test a child process",
+    ), "no_outcome", 7, None))
     return c
 
 
