@@ -15,7 +15,7 @@ with patterns(priority, event_class, pattern) as (
         -- source lines and carets under a frame, and the tab-indented details of a Ray error
         (16, 'traceback_code', '^\s{4,}[^\s|]|^[\s|]{4,}\s{4}\S|^\s*\^+\s*$|^\t'),
         -- specific causes
-        (20, 'host_oom_killed', 'ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)|Out of memory: Kill(ed)? process|oom-kill|Memory cgroup out of memory'
+        (20, 'host_oom_killed', 'ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|Workers \(tasks / actors\) killed|killed due to memory pressure|Out of memory: Kill(ed)? process|oom-kill|Memory cgroup out of memory'
                              -- SLURM's cgroup: `Detected 1 oom-kill event(s)`, `State: OUT_OF_MEMORY`
                              '|cgroup out-of-memory handler|State: OUT_OF_MEMORY'),
         (21, 'cuda_oom', '(CUDA|HIP|NPU|XPU) out of memory|OutOfMemoryError: CUDA|[Cc][Uu][Dd][Aa] [Ee]rror: out of memory|CUresult error: \d+ \(out of memory\)|torch(\.cuda)?\.OutOfMemoryError'
@@ -164,7 +164,12 @@ phased as (
     -- the phase a line interrupted: its own hint, else the latest hint earlier in the same step
     select
         run_id, file, line_no,
-        last_value(phase_hint ignore nulls) over (
+        last_value(case
+            -- validation's notice names `recompute_log_prob`, a setting
+            when contains(text, 'test_gen_batch meta info') then 'testing'
+            -- a piece of a hard-wrapped step line names timers (`timing_s/update_actor:31.0`), not work
+            when regexp_matches(text, '[\w/@.-]+:\S+ - [\w/@.-]+:\S+') then null
+            else phase_hint end ignore nulls) over (
             partition by run_id, file, segment, step order by line_no
             rows between unbounded preceding and current row
         ) as phase
@@ -174,6 +179,10 @@ phased as (
 select
     e.run_id, e.file, e.line_no,
     case
+        -- the raylet's summary counts both: with no worker killed for memory it reports crashes only (the
+        -- patterns see numbers blanked, so the count is read here)
+        when c.event_class = 'host_oom_killed' and regexp_matches(e.body, '(^|\D)0 Workers \(tasks / actors\) killed')
+            then 'worker_died'
         -- a rendezvous failure inside the engine's start-up stays a communication failure
         when e.in_engine and e.block > 0 and c.event_class in ('python_exception', 'nccl_error',
             'illegal_memory_access', 'timeout') then 'vllm_engine_error'

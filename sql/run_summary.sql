@@ -457,8 +457,8 @@ tail_activity as (
                           over (partition by run_id order by line_no) as validating
             from tail
         )
-        -- the config dump's pprint lines name settings, not work
-        where not regexp_matches(text, '^\s*[{''"]')
+        -- the config dump's pprint lines name settings, a hard-wrapped step line's pieces timers: not work
+        where not regexp_matches(text, '^\s*[{''"]|[\w/@.-]+:\S+ - [\w/@.-]+:\S+')
     ) as t
     left join stop as st on st.run_id = t.run_id
     where t.phase is not null

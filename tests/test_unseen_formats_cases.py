@@ -979,6 +979,17 @@ def _fourth_cases() -> list[Case]:
         trained_to(3, "np2", TR),
         f"{TR}RemotePdb session open at 10.0.3.7:41235, use 'ray debug' to connect...",
     ), "hang", 3, "gen", root="RemotePdb session open"))
+    # the raylet's summary when no worker was killed for memory: only crashes, a dead actor with no known cause
+    c.append(Case("raylet_summary_without_oom_kills", join(
+        trained_to(6, "np2", TR),
+        f"{YELLOW}(raylet){RESET} [2025-06-01 11:57:19,206 E 393463 393463] (raylet) node_manager.cc:3277: 0 "
+        "Workers (tasks / actors) killed due to memory pressure (OOM), 1 Workers crashed due to other reasons at "
+        "node (ID: 4748aa6d, IP: 10.0.3.7) over the last time period.",
+        driver_traceback(fit_frame(1094, "old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)"),
+                         "compute_log_prob", [], ACTOR_DIED[0], "ActorDiedError",
+                         "WorkerDict.actor_rollout_compute_log_prob")[:-3] + ACTOR_DIED + [
+            "", "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."],
+    ), "ray_actor_died", 6, "old_log_prob", root="The actor died unexpectedly"))
     # Python ignored an exception in a finaliser (a DataLoader's worker iterator): the run went on
     c.append(Case("exception_ignored_in_finaliser", join(
         trained_to(7, "np2", TR),
