@@ -212,6 +212,14 @@ ACTOR_DIED = [
 ]
 
 
+def actor_died(fit_line: int, fit_code: str, method: str,
+               worker: str = "WorkerDict.actor_rollout_generate_sequences") -> list[str]:
+    """The driver's traceback of a worker that died inside `method` (Ray's ActorDiedError and its details)."""
+    return driver_traceback(fit_frame(fit_line, fit_code), method, [], ACTOR_DIED[0], "ActorDiedError",
+                            worker)[:-3] + ACTOR_DIED + [
+        "", "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."]
+
+
 def steps(first: int, last: int, number: str = "np2", pre: str = "", total: int = 100, t0: str = "00:00",
           **kw) -> list[str]:
     """Step lines first..last, each after its bar update (the bar counts the steps done)."""
@@ -361,10 +369,8 @@ def _first_cases() -> list[Case]:
         "N3c1016DistBackendErrorE. what(): [PG 0 (default_pg) Rank 0] Process group watchdog thread terminated "
         "with exception: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
         "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600051 milliseconds before timing out.",
-        driver_traceback(fit_frame(1143, "actor_output = self.actor_rollout_wg.update_actor(batch)"),
-                         "update_actor", [], ACTOR_DIED[0], "ActorDiedError",
-                         "WorkerDict.actor_rollout_update_actor")[:-3] + ACTOR_DIED + [
-            "", "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."],
+        actor_died(1143, "actor_output = self.actor_rollout_wg.update_actor(batch)", "update_actor",
+                   "WorkerDict.actor_rollout_update_actor"),
     ), "nccl_timeout", 20, "update_actor", root="Watchdog caught collective operation timeout"))
     c.append(Case("c10d_socket_timeout_vllm_startup", join(
         startup(TR),
@@ -382,10 +388,8 @@ def _first_cases() -> list[Case]:
         trained_to(8, "bare", prefix("ip")),
         f"{YELLOW}(raylet){RESET} A worker died or was killed while executing a task by an unexpected system "
         "error. To troubleshoot the problem, check the logs for the dead worker. Worker exit type: SYSTEM_ERROR",
-        driver_traceback(fit_frame(1094, "old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)"),
-                         "compute_log_prob", [], ACTOR_DIED[0], "ActorDiedError",
-                         "WorkerDict.actor_rollout_compute_log_prob")[:-3] + ACTOR_DIED + [
-            "", "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."],
+        actor_died(1094, "old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)", "compute_log_prob",
+                   "WorkerDict.actor_rollout_compute_log_prob"),
     ), "ray_actor_died", 8, "old_log_prob", root="The actor died unexpectedly"))
     c.append(Case("raylet_oom_killer_then_actor_died", join(
         trained_to(12, "np2", TR),
@@ -393,9 +397,7 @@ def _first_cases() -> list[Case]:
         "Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at "
         "node (ID: 4748aa6d, IP: 10.0.3.7) over the last time period. To see more information about the Workers "
         "killed on this node, use `ray logs raylet.out -ip 10.0.3.7`",
-        driver_traceback(fit_frame(1061, "gen_batch_output = self.actor_rollout_wg.generate_sequences(gen_batch)"),
-                         "generate_sequences", [], ACTOR_DIED[0], "ActorDiedError")[:-3] + ACTOR_DIED + [
-            "", "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."],
+        actor_died(1061, "gen_batch_output = self.actor_rollout_wg.generate_sequences(gen_batch)", "generate_sequences"),
     ), "host_oom_killed", 12, "gen", root="killed due to memory pressure"))
     c.append(Case("ray_memory_monitor_oom_in_gen", join(
         trained_to(2, "np2", TR),
@@ -683,10 +685,8 @@ def _more_cases() -> list[Case]:
         f"{W}*** SIGSEGV received at time=1717236000 on cpu 3 ***",
         f"{W}PC: @     0x7f2a1c2b3c4d  (unknown)  c10::cuda::CUDACachingAllocator::raw_delete()",
         f"{W}Fatal Python error: Segmentation fault",
-        driver_traceback(fit_frame(1094, "old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)"),
-                         "compute_log_prob", [], ACTOR_DIED[0], "ActorDiedError",
-                         "WorkerDict.actor_rollout_compute_log_prob")[:-3] + ACTOR_DIED + [
-            "", "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."],
+        actor_died(1094, "old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)", "compute_log_prob",
+                   "WorkerDict.actor_rollout_compute_log_prob"),
     ), "ray_actor_died", 3, "old_log_prob"))
     # NCCL failing outright (not a timeout): distributed communication failed
     c.append(Case("nccl_unhandled_system_error", join(
@@ -985,10 +985,8 @@ def _fourth_cases() -> list[Case]:
         f"{YELLOW}(raylet){RESET} [2025-06-01 11:57:19,206 E 393463 393463] (raylet) node_manager.cc:3277: 0 "
         "Workers (tasks / actors) killed due to memory pressure (OOM), 1 Workers crashed due to other reasons at "
         "node (ID: 4748aa6d, IP: 10.0.3.7) over the last time period.",
-        driver_traceback(fit_frame(1094, "old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)"),
-                         "compute_log_prob", [], ACTOR_DIED[0], "ActorDiedError",
-                         "WorkerDict.actor_rollout_compute_log_prob")[:-3] + ACTOR_DIED + [
-            "", "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."],
+        actor_died(1094, "old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)", "compute_log_prob",
+                   "WorkerDict.actor_rollout_compute_log_prob"),
     ), "ray_actor_died", 6, "old_log_prob", root="The actor died unexpectedly"))
     # Python ignored an exception in a finaliser (a DataLoader's worker iterator): the run went on
     c.append(Case("exception_ignored_in_finaliser", join(
