@@ -270,3 +270,27 @@ def test_routine_gradient_spikes_are_not_an_explosion_a_sustained_rise_is():
     result = decide(build_features(phases, health), None)
     exploded = result.loc[result["anomaly_class"] == "grad_explosion", "step"]
     assert exploded.between(118, 126).all() and exploded.between(120, 124).sum() >= 4
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_a_gradient_norm_swinging_widely_early_on_is_judged_by_its_swings_there(seed):
+    """A pre-clip gradient norm near 2 that swings 2-10x from step to step over the first 60 steps and
+    settles to 1.1x by step 200 (as the official verl example runs log it while the critic warms up),
+    even where the forest's gate agrees everywhere: no grad_explosion (judged against the whole run's
+    swings, its early ones were explosions). The norm 20x its level for five steps, early or late: one."""
+    rng = np.random.default_rng(seed)
+    phases, health = make_run(n=435, seed=seed)
+    sigma = np.interp(np.arange(435), [0, 60, 200], [0.6, 0.6, 0.08])
+    health["grad_norm"] = 2.0 * np.exp(np.abs(rng.normal(0, sigma)) * 1.5)
+
+    def exploded(frame):
+        features = build_features(phases, frame).assign(sig_keys=30.0)
+        result = decide(features, FixedScores(np.full(len(features), 0.9)))
+        return result.loc[result["anomaly_class"] == "grad_explosion", "step"]
+
+    assert exploded(health).empty
+    for at, value in ((40, 40.0), (300, 20.0)):
+        planted = health.copy()
+        planted.loc[planted["step"].between(at, at + 4), "grad_norm"] = value
+        steps = exploded(planted)
+        assert steps.between(at - 1, at + 5).all() and steps.between(at, at + 4).sum() == 5

@@ -80,6 +80,12 @@ TAIL_Q, TAIL_Z = 0.75, 1.1503
 # 90% quantile: their routine one-step spikes are their noise, not an explosion.
 SPIKY = ("grad_norm", "pg_loss", "ppo_kl")
 SPIKY_TAIL = (0.9, 1.6449)
+# Their swings also change over a run (the official verl example runs' pre-clip gradient norm swings
+# 2-9x from step to step over their first hundred steps, by a few percent later on): their noise is at
+# least the median change among the LOCAL_NOISE_WINDOW steps around a step, when at least
+# LOCAL_NOISE_MIN of them changed (a median: an episode shorter than half the window does not raise
+# its own noise).
+LOCAL_NOISE_WINDOW, LOCAL_NOISE_MIN = 51, 20
 PASSES = 4
 
 
@@ -144,7 +150,8 @@ def _noise_scale(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
     to 0 when most values sit on one point (a score clipped at 1, three-decimal rounding). The
     level is the larger of the median-based and the TAIL_Q-quantile-based estimate (equal for
     Gaussian noise), so a channel that swings several-fold from step to step (a pre-clip gradient
-    norm) is judged against its swings, not its typical step.
+    norm) is judged against its swings, not its typical step. A spiky channel's noise is also at
+    least its local one (LOCAL_NOISE_WINDOW), since its swings change over the run.
     """
     diff = values.groupby(runs, sort=False).diff().abs()
     moved = diff.where(diff > 1e-12).groupby(runs, sort=False)
@@ -153,6 +160,12 @@ def _noise_scale(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
                       for spiky, (q, z) in ((False, (TAIL_Q, TAIL_Z)), (True, SPIKY_TAIL))], axis=1)
     tail = tail[values.columns].reindex(runs.to_numpy()).set_axis(values.index)
     spread = np.fmax(mid, tail) / np.sqrt(2)
+    spiky = [c for c in values.columns if c in SPIKY]
+    if spiky:
+        local = diff[spiky].where(diff[spiky] > 1e-12).groupby(runs, sort=False).rolling(
+            LOCAL_NOISE_WINDOW, center=True, min_periods=LOCAL_NOISE_MIN).median()
+        local = local.reset_index(level=0, drop=True).reindex(values.index) * 1.4826 / np.sqrt(2)
+        spread[spiky] = np.fmax(spread[spiky], local)
     floor = pd.Series({c: SCALE_FLOOR[c] for c in values.columns})
     return spread.clip(lower=floor, axis=1).fillna(floor)
 
