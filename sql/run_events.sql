@@ -27,6 +27,8 @@ with patterns(priority, event_class, pattern) as (
         -- torch.distributed's rendezvous failing: the processes never met (a communication failure)
         (25, 'distributed_init_error', 'TCPStore|\[c\d+d\]|[Rr]endezvous|DistNetworkError|DistStoreError|invalid nonce|nonce == returnedNonce'),
         -- raylet's notice that a worker process is gone: the driver's ActorDiedError says which task it took
+        -- Ray's system error wrapping an import a worker could not do (unpickling what the driver sent)
+        (28, 'import_error', 'RaySystemError: System error: .*(No module named|cannot import name)'),
         (29, 'worker_died', 'A worker died or was killed|Worker exit type: SYSTEM_ERROR'),
         (30, 'actor_died', 'ActorDiedError|RayActorError|WorkerCrashedError|The (actor|worker) died unexpectedly|The actor is dead because|actor died'),
         (31, 'actor_unavailable', 'ActorUnavailableError|RaySystemError|ObjectLostError|OwnerDiedError'),

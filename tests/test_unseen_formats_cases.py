@@ -997,6 +997,31 @@ def _fourth_cases() -> list[Case]:
         f"{TR}    self._shutdown_workers()",
         f"{TR}AssertionError: can only test a child process",
     ), "no_outcome", 7, None))
+    # Search-R1's PPO: the critic's backward runs out of device memory in the first step
+    mt = prefix("plain", "main_task", 162009)
+    c.append(Case("searchr1_critic_backward_oom", join(
+        startup(mt, total=1005), val_line(0, "v04", mt), f"{mt}epoch 0, step 1", f"{mt}ACTIVE_TRAJ_NUM: [512, 226]",
+        "Traceback (most recent call last):",
+        '  File "/root/Search-R1/verl/trainer/main_ppo.py", line 114, in main',
+        "    ray.get(main_task.remote(config))",
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::main_task() (pid=162009, ip=10.0.3.7)",
+        *fit_frame(872, "critic_output = self.critic_wg.update_critic(batch)"),
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.critic_update_critic() (pid=163208, "
+        "ip=10.0.3.7)",
+        *frame(FSDP, 1077, "update_critic", "metrics = self.critic.update_critic(data=data)"),
+        *frame("/root/Search-R1/verl/workers/critic/dp_critic.py", 225, "update_critic", "loss.backward()"),
+        *frame("/usr/local/lib/python3.9/site-packages/torch/autograd/__init__.py", 266, "backward",
+               "Variable._execution_engine.run_backward("),
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB. GPU 3 has a total capacity of "
+        "79.15 GiB of which 2.01 GiB is free.",
+    ), "cuda_oom", 0, "update_critic", root="CUDA out of memory. Tried to allocate 4.64 GiB"))
+    # a worker cannot import what the driver pickled: Ray wraps the import error in a system error
+    c.append(Case("ray_system_error_no_module", join(
+        startup(TR),
+        driver_traceback(frame("/workspace/verl/verl/trainer/main_ppo.py", 303, "run", "trainer.init_workers()"),
+                         None, [], "ray.exceptions.RaySystemError: System error: No module named 'my_reward'",
+                         "RaySystemError"),
+    ), "python_exception", 0, "startup", root="No module named 'my_reward'"))
     return c
 
 
