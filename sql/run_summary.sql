@@ -445,6 +445,9 @@ tail_activity as (
             when regexp_matches(text, 'is preempted by PreemptionMode|Got \d+ samples after \d+ trials|Keep generating')
                  or coalesce(component, '') like '%LoopWorker%' then 'gen'
             when validating then 'testing'
+            -- verl's checkpoint notices (the folder, each rank's saved files)
+            when regexp_matches(text, 'local_global_step_folder|\] Saved (model|optim|extra_state|hf_model) to|Saved model config and tokenizer')
+                then 'save_checkpoint'
             -- the reward manager prints a few scored samples, a custom reward function its scores: while training
             -- that is the reward phase
             when regexp_matches(text, '^\[(prompt|response|ground_truth|score)\]|(?i)^\W*(\w+ )?score\W*(:\s*-?[\d.]+\s*)?$')

@@ -191,6 +191,11 @@ def frame(path: str, line: int, func: str, code: str) -> list[str]:
     return [f'  File "{path}", line {line}, in {func}', f"    {code}"]
 
 
+# the driver's own traceback when the user presses Ctrl-C while it waits on the trainer
+CTRL_C = ["Traceback (most recent call last):",
+          '  File "/workspace/verl/verl/trainer/main_ppo.py", line 96, in run_ppo',
+          "    ray.get(runner.run.remote(config))",
+          "KeyboardInterrupt"]
 FSDP = "/workspace/verl/verl/workers/fsdp_workers.py"
 MEGATRON = "/workspace/verl/verl/workers/megatron_workers.py"
 OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 13.91 GiB. GPU 0 has a total capacity of "
@@ -664,10 +669,7 @@ def _more_cases() -> list[Case]:
     c.append(Case("ctrl_c_during_startup", join(
         startup(TR)[:12],
         f"{W}INFO 06-01 10:01:02 [model_runner.py:1115] Loading model weights took 14.2 GiB",
-        "Traceback (most recent call last):",
-        '  File "/workspace/verl/verl/trainer/main_ppo.py", line 96, in run_ppo',
-        "    ray.get(runner.run.remote(config))",
-        "KeyboardInterrupt",
+        CTRL_C,
     ), "interrupted", 0, "startup", stop_reason="keyboard", root="KeyboardInterrupt"))
     # other schedulers' time limits
     c.append(Case("pbs_walltime_exceeded", join(
@@ -1022,6 +1024,19 @@ def _fourth_cases() -> list[Case]:
                          None, [], "ray.exceptions.RaySystemError: System error: No module named 'my_reward'",
                          "RaySystemError"),
     ), "python_exception", 0, "startup", root="No module named 'my_reward'"))
+    # Ctrl-C while a mid-run validation generates, and while a checkpoint is written
+    c.append(Case("ctrl_c_during_periodic_validation", join(
+        trained_to(10, "np2", TR),
+        f"{TR}test_gen_batch meta info: {{'eos_token_id': 151643, 'validate': True, 'global_steps': 11}}",
+        CTRL_C,
+    ), "interrupted", 10, "testing", stop_reason="keyboard", root="KeyboardInterrupt"))
+    c.append(Case("ctrl_c_during_checkpoint_save", join(
+        trained_to(19, "np2", TR),
+        f"{TR}local_global_step_folder: checkpoints/verl_examples/gsm8k/global_step_20",
+        logged(T0, "INFO", "[Rank 0] Saved model to /ckpt/verl_examples/gsm8k/global_step_20/actor/"
+               "model_world_size_8_rank_0.pt", W),
+        CTRL_C,
+    ), "interrupted", 19, "save_checkpoint", stop_reason="keyboard", root="KeyboardInterrupt"))
     return c
 
 
