@@ -122,7 +122,8 @@ def test_one_scan_matches_each_line_like_re2(seed: int) -> None:
     words = ["(TaskRunner pid=1) ", "(", ")", " ", "\t", "\r", "step:3 - a:1", "step=2, x=1", '{"step": 4',
              '{"step":', "7", "  File \"a.py\", line 3", "^^^", "ValueError:", "Error", "WARNING", "UserWarning",
              "10%|", "| 3/9 [", "memory allocated (GB): 1", "{'actor_rollout_ref': ", "Training from scratch",
-             "update_actor", "compute_log_prob", " - k:v", "é", "E1201 12:00:00", "[E123 4"]
+             "update_actor", "compute_log_prob", " - k:v", "é", "E1201 12:00:00", "[E123 4", "INFO:",
+             "2025-03-01 10:00:00,123", "[2025-03-01T10:00:00"]
     lines = ["".join(rng.choice(words) for _ in range(rng.randrange(0, 7))) for _ in range(3000)]
     text = pa.array(lines, pa.string())
     got = linescan.line_matches(text, SCAN_PATTERNS)
