@@ -149,13 +149,13 @@ TABLES = (
     ),
     Table(
         "step_anomalies", "derived", "pipeline.detect.score_runs",
-        ("runs", "step_metrics", "step_phases", "step_health", MODEL),
+        ("runs", "step_metrics", "step_phases", "step_health", "run_baselines", MODEL),
         ("run_id", "step", "is_anomaly", "score", "anomaly_class", "explanation"),
         "Every step scored by the fleet's model and the rules, with class, explanation and episode.",
     ),
 )
-# What the anomaly model is fitted on
-MODEL_READS = ("runs", "step_phases", "step_health")
+# What the anomaly model is fitted on (run_baselines: each run's config group, for the fleet baseline)
+MODEL_READS = ("runs", "step_phases", "step_health", "run_baselines")
 
 BY_NAME = {t.name: t for t in TABLES}
 

@@ -373,46 +373,32 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None,
     return out
 
 
-def group_medians(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Median phase times per config group (index: group key, plus '*' for the whole fleet)."""
+def group_medians(phases: pd.DataFrame, groups: pd.Series | None = None) -> pd.DataFrame:
+    """Median phase times per config group (index: group key, plus '*' for the whole fleet).
+
+    `groups`: each run's config group (index run_id), as run_baselines names it; a run without one is
+    in the fleet's row only.
+    """
     cols = [c for c in PHASE_TIMES + ("step_time",) if c in phases]
     per_run = phases.groupby("run_id")[cols].median()
-    per_run["group"] = config_groups(runs, per_run.index).to_numpy()
-    table = per_run.groupby("group")[cols].median()
+    group = _group_of(groups, per_run.index)
+    table = per_run[group.notna().to_numpy()].groupby(group.dropna().to_numpy())[cols].median()
     table.loc["*"] = per_run[cols].median()
     return table
 
 
-def fleet_baseline_for(run_ids, runs: pd.DataFrame | None, table: pd.DataFrame) -> pd.DataFrame:
+def fleet_baseline_for(run_ids, groups: pd.Series | None, table: pd.DataFrame) -> pd.DataFrame:
     """The fleet baseline of each run (index run_id): its config group's medians, else the fleet's."""
-    groups = config_groups(runs, run_ids)
-    keys = groups.where(groups.isin(table.index), "*")
+    group = _group_of(groups, run_ids)
+    keys = group.where(group.isin(table.index), "*")
     baseline = table.reindex(keys.to_numpy())
-    baseline.index = groups.index
+    baseline.index = group.index
     return baseline
 
 
-CONFIG_KEYS = (
-    "model_path",
-    "strategy",
-    "rollout_engine",
-    "n_gpus_per_node",
-    "nnodes",
-    "rollout_n",
-    "rollout_tp",
-    "train_batch_size",
-    "ppo_micro_batch_size_per_gpu",
-    "max_response_length",
-)
-
-
-def config_groups(runs: pd.DataFrame | None, run_ids) -> pd.Series:
-    """A config-group key per run (the config fields of `runs` joined), '' when unknown."""
+def _group_of(groups: pd.Series | None, run_ids) -> pd.Series:
+    """Each run's config group from `groups` (index run_id), None where it has none."""
     index = pd.Index(run_ids, name="run_id")
-    if runs is None or runs.empty:
-        return pd.Series("", index=index)
-    keys = [k for k in CONFIG_KEYS if k in runs.columns]
-    table = runs.set_index("run_id").reindex(index)
-    if not keys:
-        return pd.Series("", index=index)
-    return table[keys].astype("string").fillna("").agg("|".join, axis=1)
+    if groups is None:
+        return pd.Series(None, index=index, dtype=object)
+    return groups.reindex(index).astype(object).where(lambda g: g.notna(), None)

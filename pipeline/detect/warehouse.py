@@ -75,6 +75,14 @@ def _read_runs(con) -> pd.DataFrame:
     return con.execute("select * from runs").df() if "runs" in _views(con) else pd.DataFrame()
 
 
+def read_config_groups(con) -> pd.Series | None:
+    """Each run's config group as run_baselines names it (index run_id; None without that table)."""
+    if "run_baselines" not in _views(con):
+        return None
+    rows = con.execute("select run_id, config_group from run_baselines").df()
+    return rows.set_index("run_id")["config_group"]
+
+
 def fit_anomaly_model(warehouse: str | Path, config: AnomalyModelConfig | None = None) -> ModelInfo:
     """Fit the forest on every step of the warehouse's fleet and save it with its description.
 
@@ -92,8 +100,9 @@ def fit_anomaly_model(warehouse: str | Path, config: AnomalyModelConfig | None =
         raise ValueError(f"no step_phases in {warehouse}: ingest and derive first")
     health = health if not health.empty else phases[["run_id", "step"]]
     runs_df = runs_df if not runs_df.empty else None
-    table = group_medians(phases, runs_df)
-    baseline = fleet_baseline_for(sorted(phases["run_id"].unique()), runs_df, table)
+    groups = read_config_groups(con)
+    table = group_medians(phases, groups)
+    baseline = fleet_baseline_for(sorted(phases["run_id"].unique()), groups, table)
     parts = []
     for ids in run_chunks(phases):
         parts.append(build_features(runs_part(phases, ids), runs_part(health, ids), baseline, read_metrics(con, ids)))
@@ -180,10 +189,9 @@ def score_runs(warehouse: str | Path, run_ids) -> int:
     con = connect(warehouse)
     phases = read_table(con, "step_phases", run_ids)
     health = read_table(con, "step_health", run_ids)
-    runs_df = _read_runs(con)
     baseline = None
     if model is not None and model.fleet_baseline is not None:
-        baseline = fleet_baseline_for(run_ids, runs_df if not runs_df.empty else None, model.fleet_baseline)
+        baseline = fleet_baseline_for(run_ids, read_config_groups(con), model.fleet_baseline)
     flagged = 0
     scored = set()
     for ids in run_chunks(phases) if not phases.empty else []:
