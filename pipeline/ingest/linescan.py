@@ -6,13 +6,11 @@ it can match a newline except where a `^` stood, which gives the same per-line a
 `[\\t\\n\\f\\r ]` without the `\\n`, every negated class gains a `\\n`, and `^` is the `\\n` before the line.
 That last one works around a Hyperscan 5.4 bug: with `^` as a multi-line anchor, some patterns sharing a
 start miss matches after an empty line (seen in random tests against RE2; with `\\n` none in 2.8 million
-lines). Without the `hyperscan` package (or with `VERL_HEALTH_HYPERSCAN=0`) `line_matches` returns None
-and callers use Arrow.
+lines). Without the `hyperscan` package `line_matches` returns None and callers use Arrow.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 
@@ -29,8 +27,8 @@ _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
 
 def enabled() -> bool:
-    """Whether `line_matches` uses Hyperscan (installed, and not switched off in the environment)."""
-    return hyperscan is not None and os.environ.get("VERL_HEALTH_HYPERSCAN", "1") != "0"
+    """Whether `line_matches` uses Hyperscan (the package is installed)."""
+    return hyperscan is not None
 
 
 def single_line(pattern: str) -> str:
