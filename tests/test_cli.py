@@ -94,7 +94,7 @@ def test_cli_runs_are_recorded_in_the_dagster_instance(tmp_path, monkeypatch, ca
     assert main(["analyze", "--run", str(parked / later["entry"]), "--warehouse", "wh", "--reports", "rep"]) == 0
     capsys.readouterr()
     per_run = ("runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
-               "config_findings", "run_advice", "step_anomalies", "run_report")
+               "config_findings", "run_advice", "run_samples", "step_anomalies", "run_report")
     with DagsterInstance.from_config(str(home)) as instance:
         for asset in per_run:
             done = instance.get_materialized_partitions(AssetKey(asset))
