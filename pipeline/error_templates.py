@@ -23,6 +23,8 @@ NAME = "error_templates"
 FURNITURE = ("traceback", "traceback_frame", "traceback_code", "chained_exception")
 NEW_DAYS = 7
 MAX_NEW_SHOWN = 50
+
+
 def register_line_templates(con: duckdb.DuckDBPyConnection) -> int:
     """Mine the distinct messages of `run_events` (furniture aside) with Drain3 and register the mapping as
     `line_templates(message, template)` on `con`, for sql/error_templates.sql; returns the messages mined.

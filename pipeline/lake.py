@@ -256,8 +256,9 @@ def present_tables(
     """
     run_ids = None if run_ids is None else list(run_ids)
     whole = set(whole)
+    wanted = None if only is None else set(only)
     found = {}
-    for table in names() if only is None else [t for t in names() if t in set(only)]:
+    for table in names() if wanted is None else [t for t in names() if t in wanted]:
         src = table_source(warehouse, table, None if table in whole else run_ids)
         if src is not None:
             found[table] = src
@@ -297,15 +298,16 @@ def refresh_catalog(warehouse: str | Path) -> Path:
     written = _catalog_sources(final)
     if written == sources:
         return final
+    kept = written or {}
     tmp = warehouse / f".{CATALOG_FILE}.{uuid.uuid4().hex}.tmp"
     if written is not None:
         shutil.copyfile(final, tmp)
     con = duckdb.connect(str(tmp))
     try:
-        for table in (written or {}).keys() - sources.keys():
+        for table in kept.keys() - sources.keys():
             con.execute(f"drop view if exists {table}")
         for table, src in sources.items():
-            if (written or {}).get(table) != src:
+            if kept.get(table) != src:
                 con.execute(f"create or replace view {table} as select * from {src}")
                 # the source as written, to tell next time whether the view still reads what is present
                 con.execute(f"comment on view {table} is {_quote_text(src)}")

@@ -6,16 +6,14 @@ import json
 import time
 from pathlib import Path
 
-import duckdb
-
 from pipeline import tables
-from pipeline.lake import table_source
+from pipeline.lake import connect
 from pipeline.settings import setting
 
 
 def lines_conserved(warehouse: str | Path, run_ids: list[str]) -> dict[str, dict]:
     """Runs whose `log_lines` row count differs from the lines in their raw bytes (`runs.n_lines_read`)."""
-    con = _connect(warehouse, ["runs", "log_lines"], run_ids)
+    con = connect(warehouse, run_ids=run_ids, only=["runs", "log_lines"])
     if not _has(con, "runs") or not _has(con, "log_lines"):
         return {r: {"error": "runs or log_lines missing"} for r in run_ids}
     rows = con.execute(
@@ -33,7 +31,7 @@ def lines_conserved(warehouse: str | Path, run_ids: list[str]) -> dict[str, dict
 
 def steps_contiguous(warehouse: str | Path, run_ids: list[str]) -> dict[str, list[list[int]]]:
     """Gaps between consecutive logged steps within a segment, per run (first gaps only)."""
-    con = _connect(warehouse, ["step_metrics"], run_ids)
+    con = connect(warehouse, run_ids=run_ids, only=["step_metrics"])
     if not _has(con, "step_metrics"):
         return {}
     rows = con.execute(
@@ -54,7 +52,7 @@ def steps_contiguous(warehouse: str | Path, run_ids: list[str]) -> dict[str, lis
 
 def phase_sums_consistent(warehouse: str | Path, run_ids: list[str], tolerance: float = 0.01) -> dict[str, int]:
     """Runs with steps whose phase shares do not sum to 1 (within `tolerance`), with the count of such steps."""
-    con = _connect(warehouse, ["step_phases"], run_ids)
+    con = connect(warehouse, run_ids=run_ids, only=["step_phases"])
     if not _has(con, "step_phases"):
         return {}
     cols = {c for (c,) in con.execute("select column_name from (describe step_phases)").fetchall()}
@@ -79,7 +77,7 @@ def contract_violations(warehouse: str | Path, table: str, run_ids: list[str] | 
 
     With `run_ids`, only those runs' partitions are read: the ones just written.
     """
-    con = _connect(warehouse, [table], run_ids)
+    con = connect(warehouse, run_ids=run_ids, only=[table])
     if not _has(con, table):
         return [f"table {table} missing"]
     cols = {c for (c,) in con.execute(f"select column_name from (describe {table})").fetchall()}
@@ -105,17 +103,6 @@ def model_age_days(warehouse: str | Path, now: float | None = None) -> float | N
     fitted = json.loads(meta.read_text()).get("fitted_at_unix")
     ref = fitted if fitted is not None else meta.stat().st_mtime
     return ((time.time() if now is None else now) - ref) / 86400.0
-
-
-def _connect(warehouse: str | Path, names: list[str], run_ids: list[str] | None) -> duckdb.DuckDBPyConnection:
-    """A connection with a view of each table of `names` present, over the partitions of `run_ids` only:
-    a check after a batch reads what the batch wrote, not every footer of every table of the fleet."""
-    con = duckdb.connect()
-    for name in names:
-        src = table_source(warehouse, name, run_ids)
-        if src is not None:
-            con.execute(f"create temp view {name} as select * from {src}")
-    return con
 
 
 def _has(con, table: str) -> bool:

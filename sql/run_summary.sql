@@ -492,7 +492,7 @@ tail_clock as (
 ),
 clock_stall as (
     -- time that passed after the last progress while the log kept printing
-    select run_id, arg_max(span_s, span_s) as span_s, arg_max(file, span_s) as file,
+    select run_id, max(span_s) as span_s, arg_max(file, span_s) as file,
            arg_max(line_no, span_s) as line_no, arg_max(text, span_s) as text
     from (
         select run_id, uptime, epoch(max(clock) - min(clock)) as span_s,

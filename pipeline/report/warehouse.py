@@ -68,10 +68,8 @@ def add_views(con: duckdb.DuckDBPyConnection, warehouse: str | Path, run_ids: li
 def _add_views(con: duckdb.DuckDBPyConnection, warehouse: str | Path, run_ids: list[str],
                only: tuple[str, ...] | None = None) -> None:
     _BATCH_COLUMNS.pop(con, None)
-    for table in lake.names() if only is None else only:
-        src = lake.table_source(warehouse, table, run_ids)
-        if src is not None:
-            con.execute(f"create or replace temp view {table} as select * from {src}")
+    for table, src in lake.present_tables(warehouse, run_ids, only=only).items():
+        con.execute(f"create or replace temp view {table} as select * from {src}")
 
 
 def _batch_holding(warehouse: str | Path, run_ids: list[str]) -> _Batch | None:
