@@ -31,6 +31,7 @@ class IngestLimits:
     max_members: int = 100_000  # files per run (folder files or archive members)
     max_line_bytes: int = 64 * 2**20  # longer lines are kept truncated to this size
     block_bytes: int = 16 * 2**20  # bytes per block: several blocks are in flight at once
+    metric_rows_in_memory: int = 2**20  # a run's metric rows beyond this go to a scratch file DuckDB reconciles
 
 
 def entry_stem(name: str) -> str:

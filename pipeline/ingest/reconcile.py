@@ -1,5 +1,6 @@
 """One value per (step, key) when a run's metric rows can repeat one (a resume repeating steps, a JSONL
-file, seed timings, TensorBoard): DuckDB picks it from the rows written while reading."""
+file, seed timings, TensorBoard): Arrow picks it from the rows kept in memory, or, for a run whose rows
+were spilled to a scratch file, DuckDB from that file, by the same rules."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.lake import write_run_table
 
 from .schemas import STEP_METRICS_SCHEMA
 
+RANKED_SOURCES = pa.array(["console", "seed_kv", "seed_timing"], pa.string())
+RANKS = pa.array([0, 1, 1], pa.int8())  # of RANKED_SOURCES; any other source ranks 2
 SOURCE_RANK = "case source when 'console' then 0 when 'seed_kv' then 1 when 'seed_timing' then 1 else 2 end"
 # One value per (step, key): the later segment wins, then console over the seed formats over JSONL,
 # then the later line. JSONL rows carry segment -1: the file logger is truncated at every start-up,
@@ -55,3 +60,31 @@ def write_reconciled(warehouse: Path, run_id: str, raw_path: Path, extra: pa.Tab
     finally:
         con.close()
     return path, counted[0]
+
+
+def reconciled(raw: pa.Table) -> pa.Table:
+    """The rows of `raw` (in `step_metrics` form) that `RECONCILE_SQL` keeps, in its order, computed in memory.
+
+    Rows equal in every sort column (one line giving a key twice) keep the later one.
+    """
+    if raw.num_rows == 0:
+        return raw
+    segment = raw.column("segment").to_numpy()
+    segment = pa.array(np.where(segment < 0, segment.max(), segment).astype(np.int32))
+    rank = pc.fill_null(RANKS.take(pc.index_in(raw.column("source"), RANKED_SOURCES)), 2)
+    keys = pa.table({
+        "step": raw.column("step"), "key": raw.column("key"), "segment": segment, "rank": rank,
+        "file": raw.column("file"), "line_no": raw.column("line_no"), "order": np.arange(raw.num_rows),
+    })
+    order = pc.sort_indices(keys, sort_keys=[
+        ("step", "ascending"), ("key", "ascending"), ("segment", "descending"), ("rank", "ascending"),
+        ("file", "descending"), ("line_no", "descending"), ("order", "descending"),
+    ])
+    step = keys.column("step").take(order).to_numpy()
+    key = keys.column("key").take(order).combine_chunks()
+    first = np.ones(len(step), dtype=bool)
+    first[1:] = step[1:] != step[:-1]
+    same_key = pc.equal(key.slice(1), key.slice(0, len(key) - 1))
+    first[1:] |= ~pc.fill_null(same_key, False).to_numpy(zero_copy_only=False)
+    kept = order.take(pa.array(np.flatnonzero(first)))
+    return raw.set_column(raw.schema.get_field_index("segment"), "segment", segment).take(kept)

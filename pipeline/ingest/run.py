@@ -2,20 +2,24 @@
 
 Blocks of lines flow through three stages: decode+classify+parse (stateless, two threads, Arrow
 kernels release the GIL), context (sequential: resume segments, step in progress, config pprint),
-and a writer thread streaming `log_lines` into the lake. Metric rows are written in `step_metrics`
-form to a scratch Parquet file that is moved into the lake at the end; only when a (step, key) can
-occur twice (a resume repeating steps, a JSONL file, seed timings) does DuckDB reconcile them into a
-new file. Memory stays flat whatever the log size.
+and a writer thread streaming `log_lines` into the lake. The threads are started once per process,
+and a small run's blocks are gathered into one write: a fleet of small runs pays little per run.
+Metric rows in `step_metrics` form are kept in memory and written at the end; only when a (step, key)
+can occur twice (a resume repeating steps, a JSONL file, seed timings) are they reconciled first.
+Past `IngestLimits.metric_rows_in_memory` they go to a scratch Parquet file instead, which DuckDB
+reconciles. Memory stays flat whatever the log size.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import threading
 import traceback
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -52,7 +56,7 @@ from .lines import (
 from .memory import block_maxima, memory_table
 from .problems import LineProblems
 from .readers import IngestLimits, iter_files
-from .reconcile import write_reconciled
+from .reconcile import reconciled, write_reconciled
 from .roles import role_of
 from .schemas import LOG_LINES_SCHEMA, RUNS_SCHEMA, STEP_METRICS_SCHEMA
 from .segments import FileState, line_context
@@ -72,6 +76,24 @@ from .wandb_run import WandbFiles
 
 KIND_NAMES = pa.array(KINDS, pa.string())
 SOURCES = pa.array(SOURCE_NAMES, pa.string())
+# `log_lines` text gathered before one write: a Parquet write costs milliseconds however small the batch
+LOG_WRITE_BYTES = 8 * 2**20
+_pools: dict[int, tuple[ThreadPoolExecutor, ThreadPoolExecutor]] = {}
+_pools_lock = threading.Lock()
+
+
+def _process_pools() -> tuple[ThreadPoolExecutor, ThreadPoolExecutor]:
+    """The parse pool (two threads) and the writer thread of this process, started at its first ingest.
+
+    Keyed by process id: a forked child has none of its parent's threads.
+    """
+    pid = os.getpid()
+    with _pools_lock:
+        if pid not in _pools:
+            _pools.clear()
+            _pools[pid] = (ThreadPoolExecutor(2, thread_name_prefix="ingest-parse"),
+                           ThreadPoolExecutor(1, thread_name_prefix="ingest-write"))
+        return _pools[pid]
 
 
 @dataclass
@@ -150,8 +172,9 @@ def _counted(chunks: Iterator[bytes], totals: RunTotals) -> Iterator[bytes]:
 class _RunIngest:
     """State of one run's ingest."""
 
-    def __init__(self, entry: RunEntry, warehouse: Path, limits: IngestLimits, scratch: Path):
+    def __init__(self, entry: RunEntry, warehouse: Path, limits: IngestLimits):
         self.entry = entry
+        self.warehouse = warehouse
         self.limits = limits
         self.problems: list[str] = []
         self.line_problems = LineProblems()
@@ -159,44 +182,51 @@ class _RunIngest:
         self.wandb_config: dict | None = None
         self.wandb = WandbFiles()
         self.file_roles: list[dict[str, str]] = []  # each file read, with the role its name tells
-        self.scratch = scratch
+        self.scratch_dir: Path | None = None
         self.totals = RunTotals()
         self.log_writer = RunBatchWriter(warehouse, "log_lines", entry.run_id, LOG_LINES_SCHEMA)
-        # the metric rows in `step_metrics` form: moved into the lake as they are, unless a (step, key)
-        # can occur twice, when DuckDB reconciles them into a new file
-        self.raw_path = scratch / "step_metrics" / "part-0.parquet"
-        self.raw_path.parent.mkdir()
-        self.raw_writer = pq.ParquetWriter(self.raw_path, STEP_METRICS_SCHEMA, compression="zstd")
+        self.log_parts: list[pa.Table] = []  # `log_lines` batches not yet handed to the writer thread
+        self.log_bytes = 0
+        # the metric rows in `step_metrics` form: written as they are, unless a (step, key) can occur twice,
+        # when they are reconciled first; in memory, or past the limit in a scratch file
+        self.metric_parts: list[pa.Table] = []
+        self.raw_path: Path | None = None
+        self.raw_writer: pq.ParquetWriter | None = None
         self.n_raw_rows = 0
         self.steps: set[int] = set()  # steps with a metric row
         self.seen_steps: set[int] = set()  # steps of step lines
         self.needs_reconcile = False  # only when a (step, key) can occur twice: resumes, JSONL, seed timings
         self.memory: list[pa.Table] = []  # per block: the largest memory value per (segment, step, key)
-        self.write_pool = ThreadPoolExecutor(1)
+        self.parse_pool, self.write_pool = _process_pools()
         self.pending_write: Future | None = None
 
     def run(self) -> None:
-        with ThreadPoolExecutor(2) as pool:
-            files = iter_files(self.entry.path, self.entry.form, self.limits, self.problems)
-            for name, chunks in files:
-                self.totals.n_files += 1
-                self.file_roles.append({"file": name, "role": role_of(name)})
-                if WANDB_CONFIG.search(name):
-                    kept: list[bytes] = []
-                    self._file(pool, name, _kept(chunks, kept, WANDB_CONFIG_MAX_BYTES))
-                    self.wandb_config = wandb_config(b"".join(kept), name, self.problems)
-                elif self.wandb.wants(name):
-                    kept = []
-                    self._file(pool, name, _kept(chunks, kept, WANDB_SIDE_MAX_BYTES))
-                    self.wandb.read(name, b"".join(kept), self.problems)
-                elif is_event_file(name):
-                    self._tensorboard(name, chunks)
-                elif WANDB_RECORDS.search(name):  # W&B's binary transaction log: no lines to keep
-                    self.totals.n_bytes += sum(len(chunk) for chunk in chunks)
-                else:
-                    self._file(pool, name, chunks)
-        self._flush_write()
-        self.write_pool.shutdown()
+        pool = self.parse_pool
+        files = iter_files(self.entry.path, self.entry.form, self.limits, self.problems)
+        for name, chunks in files:
+            self.totals.n_files += 1
+            self.file_roles.append({"file": name, "role": role_of(name)})
+            if WANDB_CONFIG.search(name):
+                kept: list[bytes] = []
+                self._file(pool, name, _kept(chunks, kept, WANDB_CONFIG_MAX_BYTES))
+                self.wandb_config = wandb_config(b"".join(kept), name, self.problems)
+            elif self.wandb.wants(name):
+                kept = []
+                self._file(pool, name, _kept(chunks, kept, WANDB_SIDE_MAX_BYTES))
+                self.wandb.read(name, b"".join(kept), self.problems)
+            elif is_event_file(name):
+                self._tensorboard(name, chunks)
+            elif WANDB_RECORDS.search(name):  # W&B's binary transaction log: no lines to keep
+                self.totals.n_bytes += sum(len(chunk) for chunk in chunks)
+            else:
+                self._file(pool, name, chunks)
+        self.write_lines()
+
+    def scratch(self) -> Path:
+        """The run's scratch folder in the warehouse, made when first needed (a spill, a TensorBoard copy)."""
+        if self.scratch_dir is None:
+            self.scratch_dir = Path(tempfile.mkdtemp(prefix=".ingest-", dir=self.warehouse))
+        return self.scratch_dir
 
     def _tensorboard(self, name: str, chunks: Iterator[bytes]) -> None:
         """A TensorBoard event file: its scalars into step_metrics (binary: no log_lines), its times into the run's."""
@@ -207,7 +237,7 @@ class _RunIngest:
                 yield chunk
 
         t = self.totals
-        for batch in read_scalars(counted(chunks), name, self.scratch, self.problems):
+        for batch in read_scalars(counted(chunks), name, self.scratch(), self.problems):
             n = batch.num_rows
             out = pa.table({
                 "step": batch.column("step"), "key": batch.column("key"), "value": batch.column("value"),
@@ -216,8 +246,7 @@ class _RunIngest:
                 "segment": pa.array(np.full(n, -1, dtype=np.int32)),
                 "file": pa.array([name] * n, pa.string()), "line_no": batch.column("record"),
             })
-            self.raw_writer.write_table(out.cast(STEP_METRICS_SCHEMA))
-            self.n_raw_rows += n
+            self._keep_metrics(out.cast(STEP_METRICS_SCHEMA))
             self.needs_reconcile = True
             self.steps.update(pc.unique(batch.column("step")).to_pylist())
             lo, hi = pc.min_max(batch.column("ts")).values()
@@ -297,15 +326,33 @@ class _RunIngest:
                 "ts": cls.ts,
             }
         )
-        self._flush_write()
-        self.pending_write = self.write_pool.submit(self.log_writer.write, batch)
+        self.log_parts.append(batch)
+        self.log_bytes += text.nbytes
+        if self.log_bytes >= LOG_WRITE_BYTES:
+            self.write_lines(wait=False)
         self._write_rows(rows, seg, ctx, name, first)
         return n_nul + res.n_nul, n_bad + lines.n_undecodable
+
+    def write_lines(self, wait: bool = True) -> None:
+        """Hand the gathered `log_lines` batches to the writer thread as one write (after its previous one);
+        with `wait`, until it is written."""
+        if self.log_parts:
+            batch = self.log_parts[0] if len(self.log_parts) == 1 else pa.concat_tables(self.log_parts)
+            self.log_parts, self.log_bytes = [], 0
+            self._flush_write()
+            self.pending_write = self.write_pool.submit(self.log_writer.write, batch)
+        if wait:
+            self._flush_write()
 
     def _flush_write(self) -> None:
         if self.pending_write is not None:
             self.pending_write.result()
             self.pending_write = None
+
+    def settle(self) -> None:
+        """Wait until the writer thread is done with this run's last write, whatever its outcome."""
+        if self.pending_write is not None:
+            wait([self.pending_write])
 
     def _config_lines(
         self, text: pa.StringArray, kind: np.ndarray, opens: np.ndarray, state: FileState
@@ -380,17 +427,37 @@ class _RunIngest:
                 "line_no": pa.array(idx + first),
             }
         )
-        self.raw_writer.write_table(out.cast(STEP_METRICS_SCHEMA))
-        self.n_raw_rows += n
+        self._keep_metrics(out.cast(STEP_METRICS_SCHEMA))
         self.steps.update(pc.unique(out.column("step")).to_pylist())
+
+    def _keep_metrics(self, rows: pa.Table) -> None:
+        """Keep a block's metric rows: in memory up to `limits.metric_rows_in_memory`, then in a scratch file."""
+        self.n_raw_rows += rows.num_rows
+        if self.raw_writer is None:
+            self.metric_parts.append(rows)
+            if self.n_raw_rows <= self.limits.metric_rows_in_memory:
+                return
+            folder = self.scratch() / "step_metrics"
+            folder.mkdir()
+            self.raw_path = folder / "part-0.parquet"
+            self.raw_writer = pq.ParquetWriter(self.raw_path, STEP_METRICS_SCHEMA, compression="zstd")
+            rows = pa.concat_tables(self.metric_parts)
+            self.metric_parts = []
+        self.raw_writer.write_table(rows)
 
     def reconcile(self, warehouse: Path) -> tuple[Path, int, int]:
         """Keep one value per (step, key) and write `step_metrics`; returns (path, n_steps, n_values).
 
-        Without a (step, key) that can occur twice, the rows already written are moved into place.
+        Without a (step, key) that can occur twice, the rows are written as they are (a scratch file of them
+        is moved into place).
         """
         memory = memory_table(self.memory)
         self.steps.update(pc.unique(memory.column("step")).to_pylist())
+        if self.raw_writer is None:
+            rows = pa.concat_tables([STEP_METRICS_SCHEMA.empty_table(), *self.metric_parts])
+            table = pa.concat_tables([reconciled(rows) if self.needs_reconcile else rows, memory])
+            path = write_run_table(warehouse, "step_metrics", self.entry.run_id, table)
+            return path, len(self.steps), table.num_rows
         if not self.needs_reconcile:
             if memory.num_rows:
                 self.raw_writer.write_table(memory)
@@ -429,13 +496,12 @@ def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | No
     limits = limits or IngestLimits()
     warehouse = Path(warehouse)
     warehouse.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".ingest-", dir=warehouse))
-    job = _RunIngest(entry, warehouse, limits, scratch)
+    job = _RunIngest(entry, warehouse, limits)
     try:
         try:
             job.run()
         except Exception as exc:  # a bug must not lose the lines already read nor stop the fleet
-            job._flush_write()
+            job.write_lines()
             job.problems.append(f"ingest stopped early: {type(exc).__name__}: {exc}")
             job.problems.append(traceback.format_exc(limit=3).strip().splitlines()[-1])
         job.problems.extend(job.line_problems.summary())
@@ -475,10 +541,11 @@ def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | No
             warehouse, "runs", entry.run_id, pa.Table.from_pylist([row], schema=RUNS_SCHEMA)
         )
     finally:
-        job.write_pool.shutdown(wait=True)
+        job.settle()
         if job.log_writer.staging.exists():
             job.log_writer.abort()
-        shutil.rmtree(scratch, ignore_errors=True)
+        if job.scratch_dir is not None:
+            shutil.rmtree(job.scratch_dir, ignore_errors=True)
     return IngestResult(
         run_id=entry.run_id,
         n_lines=t.n_lines,
