@@ -175,9 +175,9 @@ def test_samples_around_an_anomaly_episode_come_first(warehouse, monkeypatch):
     episode = SimpleNamespace(first_step=5, last_step=6, anomaly_class="kl_spike")
     con = connect(warehouse)
     try:
-        every = samples.load_samples(con, "small_samples", [episode])
+        every = samples.load_samples(con, {"small_samples": [episode]})["small_samples"]
         monkeypatch.setattr(samples, "MAX_SHOWN", 2)
-        two = samples.load_samples(con, "small_samples", [episode])
+        two = samples.load_samples(con, {"small_samples": [episode]})["small_samples"]
     finally:
         con.close()
     assert [(s.step, s.episode) for s in every.shown] == [

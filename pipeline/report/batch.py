@@ -14,9 +14,8 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from pipeline.report import signals
-from pipeline.report.render import render_run_report
-from pipeline.report.warehouse import preloaded
+from pipeline.report.render import write_run_report
+from pipeline.report.run_data import load_runs
 
 # Below this many runs, starting worker processes costs more than it saves (measured crossover ~120 runs).
 MIN_RUNS_FOR_POOL = 120
@@ -43,5 +42,4 @@ def _chunks(items: list[str], size: int) -> list[list[str]]:
 
 
 def _render_batch(warehouse: str | Path, run_ids: list[str], reports_dir: str | Path) -> list[Path]:
-    with preloaded(warehouse, run_ids, lambda con, run_id: signals.earlier_peers(con, run_id).run_ids):
-        return [render_run_report(warehouse, rid, reports_dir) for rid in run_ids]
+    return [write_run_report(data, reports_dir) for data in load_runs(warehouse, run_ids)]

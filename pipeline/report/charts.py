@@ -197,11 +197,10 @@ class _Scale:
 
 def _path(px: np.ndarray, py: np.ndarray, breaks: np.ndarray | None = None) -> str:
     """An SVG path through the points, lifting the pen before each point where `breaks` is set."""
-    parts = []
-    for i, (x, y) in enumerate(zip(px.tolist(), py.tolist(), strict=True)):
-        cmd = "M" if i == 0 or (breaks is not None and breaks[i]) else "L"
-        parts.append(f"{cmd}{x:.1f} {y:.1f}")
-    return "".join(parts)
+    cmds = ["L"] * len(px)
+    for i in [0, *(np.flatnonzero(breaks).tolist() if breaks is not None else [])][: len(px)]:
+        cmds[i] = "M"
+    return "".join(f"{c}{x:.1f} {y:.1f}" for c, x, y in zip(cmds, px.tolist(), py.tolist(), strict=True))
 
 
 def _typical(y: np.ndarray) -> float:
@@ -355,25 +354,29 @@ def _hover(steps: np.ndarray, xs: _Scale, series: list[tuple[str, np.ndarray]], 
     if not cols:
         return []
     starts = np.array([a for a, _ in cols])
-    lows = [np.fmin.reduceat(np.where(np.isfinite(y), y, np.nan), starts) for _, y in series]
-    highs = [np.fmax.reduceat(np.where(np.isfinite(y), y, np.nan), starts) for _, y in series]
+    ends = np.array([b for _, b in cols])
+    lows = [np.fmin.reduceat(np.where(np.isfinite(y), y, np.nan), starts).tolist() for _, y in series]
+    highs = [np.fmax.reduceat(np.where(np.isfinite(y), y, np.nan), starts).tolist() for _, y in series]
     half = 0.5 * (float(steps[-1] - steps[0]) / max(len(cols), 1)) if len(steps) > len(cols) else 0.5
+    single = ends - starts == 1
+    s0, s1 = steps[starts], steps[ends - 1]
+    after = np.where(ends < len(steps), steps[np.minimum(ends, len(steps) - 1)], s1)
+    left = np.where(single, xs(s0 - half), xs(s0)).tolist()
+    right_x = np.where(single, xs(s1 + half), xs(after)).tolist()
+    names = [name for name, _ in series]
     out = []
-    for k, (a, b) in enumerate(cols):
-        s0, s1 = steps[a], steps[b - 1]
-        x0 = float(xs(s0 - half)) if b - a == 1 else float(xs(s0))
-        x1 = float(xs(s1 + half)) if b - a == 1 else float(xs(steps[b] if b < len(steps) else s1))
+    for k, (first_step, last_step, one, x0, x1) in enumerate(zip(s0.tolist(), s1.tolist(), single.tolist(), left,
+                                                                 right_x, strict=True)):
         x0, x1 = max(x0, LEFT), min(x1, W - right)
         if x1 <= x0:
             continue
-        head = f"step {s0:.0f}" if b - a == 1 else f"steps {s0:.0f}–{s1:.0f}"
-        parts = [head]
-        for i, (name, _) in enumerate(series):
-            lo, hi = lows[i][k], highs[i][k]
+        parts = [f"step {first_step:.0f}" if one else f"steps {first_step:.0f}–{last_step:.0f}"]
+        for name, lo_k, hi_k in zip(names, lows, highs, strict=True):
+            lo, hi = lo_k[k], hi_k[k]
             if math.isfinite(lo):
                 parts.append(f"{name} {fmt(lo)}" if lo == hi else f"{name} {fmt(lo)}–{fmt(hi)}")
         for first, last, cls in episodes:
-            if first <= s1 and last >= s0:
+            if first <= last_step and last >= first_step:
                 parts.append(f"anomaly: {cls}")
         out.append(f'<rect class="h" x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" height="{H - TOP - BOTTOM}">'
                    f'<title>{escape(" · ".join(parts))}</title></rect>')

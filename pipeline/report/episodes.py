@@ -9,7 +9,7 @@ import duckdb
 import numpy as np
 
 from pipeline.report.advice import Advice, advice_entry
-from pipeline.report.warehouse import columns, rows
+from pipeline.report.warehouse import by_run, columns, rows
 
 
 @dataclass
@@ -25,15 +25,18 @@ class Episode:
     advice: Advice
 
 
-def load_episodes(con: duckdb.DuckDBPyConnection, run_id: str,
-                  config: dict | None = None) -> tuple[np.ndarray, list[Episode]]:
-    """The run's flagged steps and its episodes (from step_anomalies' episode columns, else by adjacency)."""
-    if not columns(con, "step_anomalies"):
-        return np.array([], dtype=float), []
-    flagged = rows(con, "select * from step_anomalies where run_id = $run_id and is_anomaly order by step",
-                   {"run_id": run_id})
-    steps = np.array([r["step"] for r in flagged], dtype=float)
-    return steps, [_episode(g, config) for g in _groups(flagged)]
+def load_episodes(con: duckdb.DuckDBPyConnection,
+                  configs: dict[str, dict | None]) -> dict[str, tuple[np.ndarray, list[Episode]]]:
+    """Per run of `configs` (run id: its config), its flagged steps and its episodes (from step_anomalies'
+    episode columns, else by adjacency)."""
+    flagged = by_run(rows(con, "select * from step_anomalies where list_contains($ids, run_id) and is_anomaly "
+                               "order by run_id, step", {"ids": list(configs)}), drop=False) \
+        if columns(con, "step_anomalies") else {}
+    out = {}
+    for rid, config in configs.items():
+        found = flagged.get(rid, [])
+        out[rid] = (np.array([r["step"] for r in found], dtype=float), [_episode(g, config) for g in _groups(found)])
+    return out
 
 
 def _groups(flagged: list[dict]) -> list[list[dict]]:

@@ -8,11 +8,12 @@ import duckdb
 
 from pipeline.error_templates import FURNITURE
 from pipeline.ingest.roles import role_of
-from pipeline.report.warehouse import columns, rows
+from pipeline.report.warehouse import by_run, columns, rows
 
 CONTEXT_LINES = 6
 FOLDED_STEP_LINE = 160
 MAX_ERROR_EVENTS = 12
+MAX_FILES = 50
 # traceback frames and their source lines are in the excerpt: the event table lists events, not frames
 FRAME_EVENTS = ("traceback_frame", "traceback_code", "chained_exception")
 
@@ -31,49 +32,59 @@ def causal_line(summary: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def context_lines(con: duckdb.DuckDBPyConnection, run_id: str, line: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The lines around `line` in its file; a step line (hundreds of metrics) folded to its head."""
-    if not line or not line["file"] or line["line_no"] is None or not columns(con, "log_lines"):
-        return []
-    return rows(
+def context_lines(con: duckdb.DuckDBPyConnection,
+                  lines: dict[str, dict[str, Any] | None]) -> dict[str, list[dict[str, Any]]]:
+    """Per run, the lines around its `line` in that line's file; a step line (hundreds of metrics) folded to
+    its head."""
+    wanted = {rid: line for rid, line in lines.items()
+              if line and line["file"] and line["line_no"] is not None}
+    if not wanted or not columns(con, "log_lines"):
+        return {}
+    return by_run(rows(
         con,
-        "select line_no, kind, line_no = $line_no as is_cause, "
-        "case when kind = 'step_metrics' and length(text) > $fold "
-        "then left(text, $fold) || format(' … ({} metrics)', length(text) - length(replace(text, ' - ', '')) // 3) "
-        "else text end as text from log_lines "
-        "where run_id = $run_id and file = $file and line_no between $lo and $hi order by line_no",
-        {"run_id": run_id, "file": line["file"], "line_no": int(line["line_no"]),
-         "lo": int(line["line_no"]) - CONTEXT_LINES, "hi": int(line["line_no"]) + CONTEXT_LINES,
+        "select l.run_id, l.line_no, l.kind, l.line_no = w.line_no as is_cause, "
+        "case when l.kind = 'step_metrics' and length(l.text) > $fold "
+        "then left(l.text, $fold) || format(' … ({} metrics)', length(l.text) - length(replace(l.text, ' - ', '')) // 3) "
+        "else l.text end as text from log_lines l "
+        "join (select unnest($runs) as run_id, unnest($files) as file, unnest($line_nos) as line_no) w "
+        "on l.run_id = w.run_id and l.file = w.file and l.line_no between w.line_no - $n and w.line_no + $n "
+        "order by l.run_id, l.line_no",
+        {"runs": list(wanted), "files": [line["file"] for line in wanted.values()],
+         "line_nos": [int(line["line_no"]) for line in wanted.values()], "n": CONTEXT_LINES,
          "fold": FOLDED_STEP_LINE},
-    )
+    ))
 
 
-def error_events(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    """The last error and warning events (those next to the end), in log order."""
+def error_events(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Per run, its last error and warning events (those next to the end), in log order."""
     if not columns(con, "run_events"):
-        return []
-    return rows(
+        return {}
+    return by_run(rows(
         con,
-        "select * from (select * exclude (run_id) from run_events where run_id = $run_id "
+        "select run_id, * exclude (run_id) from run_events where list_contains($ids, run_id) "
         "and not list_contains($frames, event_class) "
-        "order by coalesce(segment, 0) desc, file desc, line_no desc limit $n) "
-        "order by coalesce(segment, 0), file, line_no",
-        {"run_id": run_id, "n": MAX_ERROR_EVENTS, "frames": list(FRAME_EVENTS)},
-    )
+        "qualify row_number() over (partition by run_id "
+        "order by coalesce(segment, 0) desc, file desc, line_no desc) <= $n "
+        "order by run_id, coalesce(segment, 0), file, line_no",
+        {"ids": run_ids, "n": MAX_ERROR_EVENTS, "frames": list(FRAME_EVENTS)},
+    ))
 
 
-def error_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:
-    """How many of the run's error lines a rule names and how many none does (traceback furniture aside;
+def error_lines(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Per run, how many of its error lines a rule names and how many none does (traceback furniture aside;
     every named event counts where run_events has no `kind`, as in hand-made tables)."""
     have = columns(con, "run_events")
+    counts = {rid: {"named": 0, "unnamed": 0} for rid in run_ids}
     if not have:
-        return {"named": 0, "unnamed": 0}
+        return counts
     errors = "kind = 'error'" if "kind" in have else "event_class <> 'warning_other'"
-    return rows(con, "select count(*) filter (event_class <> 'error_other') as named, "
-                     "count(*) filter (event_class = 'error_other') as unnamed "
-                     f"from run_events where run_id = $run_id and {errors} "
-                     "and not list_contains($furniture, event_class)",
-                {"run_id": run_id, "furniture": list(FURNITURE)})[0]
+    found = rows(con, "select run_id, count(*) filter (event_class <> 'error_other') as named, "
+                      "count(*) filter (event_class = 'error_other') as unnamed "
+                      f"from run_events where list_contains($ids, run_id) and {errors} "
+                      "and not list_contains($furniture, event_class) group by run_id",
+                 {"ids": run_ids, "furniture": list(FURNITURE)})
+    counts.update((rid, group[0]) for rid, group in by_run(found).items())
+    return counts
 
 
 def file_role(summary: dict[str, Any], file: str | None) -> str | None:
@@ -84,18 +95,21 @@ def file_role(summary: dict[str, Any], file: str | None) -> str | None:
     return recorded.get(file) or role_of(file)
 
 
-def lines_by_kind(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    """How many lines of each kind the run's log has, most first."""
+def lines_by_kind(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Per run, how many lines of each kind its log has, most first."""
     if not columns(con, "log_lines"):
-        return []
-    return rows(con, "select coalesce(kind, 'other') as kind, count(*) as n from log_lines "
-                     "where run_id = $run_id group by all order by n desc", {"run_id": run_id})
+        return {}
+    return by_run(rows(con, "select run_id, coalesce(kind, 'other') as kind, count(*) as n from log_lines "
+                            "where list_contains($ids, run_id) group by all order by run_id, n desc, kind",
+                       {"ids": run_ids}))
 
 
-def lines_by_file(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    """Lines, errors and unclassified lines per file of the run (the 50 largest files)."""
+def lines_by_file(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Per run, lines, errors and unclassified lines per file of its log (the 50 largest files)."""
     if not columns(con, "log_lines"):
-        return []
-    return rows(con, "select file, count(*) as n, count(*) filter (kind = 'error') as errors, "
-                     "count(*) filter (kind = 'other') as other from log_lines "
-                     "where run_id = $run_id group by all order by n desc limit 50", {"run_id": run_id})
+        return {}
+    return by_run(rows(con, "select run_id, file, count(*) as n, count(*) filter (kind = 'error') as errors, "
+                            "count(*) filter (kind = 'other') as other from log_lines "
+                            "where list_contains($ids, run_id) group by run_id, file "
+                            "qualify row_number() over (partition by run_id order by count(*) desc, file) <= $top "
+                            "order by run_id, n desc, file", {"ids": run_ids, "top": MAX_FILES}))

@@ -28,7 +28,7 @@ from pipeline.report.labels import (
     ROLE_LABELS,
     event_label,
 )
-from pipeline.report.run_data import load_run
+from pipeline.report.run_data import RunReportData, load_run
 from pipeline.report.run_page import run_context
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -72,8 +72,13 @@ def _write(path: Path, text: str) -> Path:
 
 def render_run_report(warehouse: str | Path, run_id: str, reports_dir: str | Path) -> Path:
     """Write `reports_dir/runs/<run_id>.html` for one run and return its path."""
-    html = ENV.get_template("run.html.j2").render(**run_context(load_run(warehouse, run_id)))
-    return _write(Path(reports_dir) / "runs" / f"{lake.check_run_id(run_id)}.html", html)
+    return write_run_report(load_run(warehouse, run_id), reports_dir)
+
+
+def write_run_report(data: RunReportData, reports_dir: str | Path) -> Path:
+    """Write `reports_dir/runs/<run_id>.html` from a run's report data and return its path."""
+    html = ENV.get_template("run.html.j2").render(**run_context(data))
+    return _write(Path(reports_dir) / "runs" / f"{lake.check_run_id(data.run_id)}.html", html)
 
 
 def text_path(report: Path) -> Path:

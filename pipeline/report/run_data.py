@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from pipeline.report.advice import Advice, advice_entry, run_config
 from pipeline.report.episodes import Episode, load_episodes
 from pipeline.report.labels import COMPLETENESS_LABELS, CONFIG_LABELS
 from pipeline.report.samples import RunSamples, load_samples
-from pipeline.report.warehouse import add_views, columns, connect, one, rows, series, table_rows
+from pipeline.report.warehouse import add_views, by_run, columns, connect, firsts, rows, series, table_rows
 
 MAX_EARLIER_RUNS = 10
 
@@ -51,21 +52,29 @@ class RunReportData:
     unknown_templates: list[dict[str, Any]] = field(default_factory=list)
 
 
-def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
-    """Read one run's tables, and the earlier runs of its config group that its comparisons need."""
-    run_id = lake.check_run_id(run_id)
-    con = connect(warehouse, [run_id])
+def load_runs(warehouse: str | Path, run_ids: list[str]) -> Iterator[RunReportData]:
+    """Each run's report data, in the order of `run_ids`: its tables, and the earlier runs of its config group
+    that its comparisons need, every table read in one statement for the whole batch."""
+    run_ids = list(dict.fromkeys(lake.check_run_id(r) for r in run_ids))
+    con = connect(warehouse, run_ids)
     try:
-        peers = signals.earlier_peers(con, run_id)
-        if peers.run_ids:
-            add_views(con, warehouse, [run_id, *peers.run_ids])
-        data = _read(con, run_id, peers)
-        errors = evidence.error_lines(con, run_id)
-        if errors["unnamed"] and not errors["named"]:
-            data.unknown_templates = _unknown_errors(warehouse, run_id)
-        return data
+        peers = signals.earlier_peers(con, run_ids)
+        if len(compared := signals.compared_runs(peers)) > len(run_ids):
+            add_views(con, warehouse, compared, only=signals.TABLES)
+        read = _Batch(con, run_ids, peers)
     finally:
         con.close()
+    for run_id in run_ids:
+        data = read.run(run_id)
+        errors = read.errors[run_id]
+        if errors["unnamed"] and not errors["named"]:
+            data.unknown_templates = _unknown_errors(warehouse, run_id)
+        yield data
+
+
+def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
+    """Read one run's tables, and the earlier runs of its config group that its comparisons need."""
+    return next(load_runs(warehouse, [run_id]))
 
 
 def _unknown_errors(warehouse: str | Path, run_id: str) -> list[dict[str, Any]]:
@@ -74,64 +83,96 @@ def _unknown_errors(warehouse: str | Path, run_id: str) -> list[dict[str, Any]]:
     return found if any(t["kind"] == "error" for t in found) else []
 
 
-def _read(con: duckdb.DuckDBPyConnection, run_id: str, peers: signals.Peers) -> RunReportData:
-    summary = _summary(con, run_id)
-    root_cause = evidence.causal_line(summary)
-    anomaly_steps, episodes = load_episodes(con, run_id, run_config(summary))
-    run_advice = table_rows(con, "run_advice", "run_id = $run_id", {"run_id": run_id}, "rank")
-    return RunReportData(
-        run_id=run_id,
-        summary=summary,
-        facts={k: summary[k] for k in CONFIG_LABELS if summary.get(k) is not None},
-        completeness={k: summary.get(k) for k in COMPLETENESS_LABELS},
-        problems=[str(p) for p in (summary.get("problems") or [])],
-        lines_by_kind=evidence.lines_by_kind(con, run_id),
-        lines_by_file=evidence.lines_by_file(con, run_id),
-        root_cause=root_cause,
-        context=evidence.context_lines(con, run_id, root_cause),
-        error_events=evidence.error_events(con, run_id),
-        findings=_findings(con, run_id),
-        phases=series(con, "step_phases", run_id),
-        health=series(con, "step_health", run_id),
-        anomaly_steps=anomaly_steps,
-        episodes=episodes,
-        baseline=one(con, "run_baselines", run_id),
-        earlier_runs=_earlier_runs(con, run_id),
-        failure_advice=_failure_advice(summary, run_advice),
-        run_advice=run_advice,
-        peers=peers,
-        signals=signals.load_signals(con, run_id, peers.run_ids),
-        validation=signals.load_validation(con, run_id, peers.run_ids),
-        samples=load_samples(con, run_id, episodes),
-    )
+class _Batch:
+    """A batch's rows of every table a run report reads, grouped by run."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, run_ids: list[str], peers: dict[str, signals.Peers]):
+        self.peers = peers
+        self.summaries = _summaries(con, run_ids)
+        self.root_causes = {rid: evidence.causal_line(s) for rid, s in self.summaries.items()}
+        self.episodes = load_episodes(con, {rid: run_config(s) for rid, s in self.summaries.items()})
+        ids = {"ids": run_ids}
+        self.run_advice = by_run(table_rows(con, "run_advice", "list_contains($ids, run_id)", ids, "run_id, rank"),
+                                 drop=False)
+        self.lines_by_kind = evidence.lines_by_kind(con, run_ids)
+        self.lines_by_file = evidence.lines_by_file(con, run_ids)
+        self.context = evidence.context_lines(con, self.root_causes)
+        self.error_events = evidence.error_events(con, run_ids)
+        self.errors = evidence.error_lines(con, run_ids)
+        self.findings = _findings(con, run_ids)
+        self.phases = series(con, "step_phases", run_ids)
+        self.health = series(con, "step_health", run_ids)
+        self.baselines = firsts(con, "run_baselines", run_ids)
+        self.earlier_runs = _earlier_runs(con, run_ids)
+        self.signals = signals.load_signals(con, peers)
+        self.validation = signals.load_validation(con, peers)
+        self.samples = load_samples(con, {rid: episodes for rid, (_, episodes) in self.episodes.items()})
+
+    def run(self, run_id: str) -> RunReportData:
+        """One run's report data."""
+        summary = self.summaries[run_id]
+        anomaly_steps, episodes = self.episodes[run_id]
+        run_advice = self.run_advice.get(run_id, [])
+        return RunReportData(
+            run_id=run_id,
+            summary=summary,
+            facts={k: summary[k] for k in CONFIG_LABELS if summary.get(k) is not None},
+            completeness={k: summary.get(k) for k in COMPLETENESS_LABELS},
+            problems=[str(p) for p in (summary.get("problems") or [])],
+            lines_by_kind=self.lines_by_kind.get(run_id, []),
+            lines_by_file=self.lines_by_file.get(run_id, []),
+            root_cause=self.root_causes[run_id],
+            context=self.context.get(run_id, []),
+            error_events=self.error_events.get(run_id, []),
+            findings=self.findings.get(run_id, []),
+            phases=self.phases.get(run_id, {}),
+            health=self.health.get(run_id, {}),
+            anomaly_steps=anomaly_steps,
+            episodes=episodes,
+            baseline=self.baselines.get(run_id, {}),
+            earlier_runs=self.earlier_runs.get(run_id, []),
+            failure_advice=_failure_advice(summary, run_advice),
+            run_advice=run_advice,
+            peers=self.peers[run_id],
+            signals=self.signals[run_id],
+            validation=self.validation.get(run_id, []),
+            samples=self.samples[run_id],
+        )
 
 
-def _summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
-    """run_summary's row over the `runs` row (what the summary leaves null, the ingest may know)."""
-    summary, runs_row = one(con, "run_summary", run_id), one(con, "runs", run_id)
-    if not summary and not runs_row:
-        raise LookupError(f"run {run_id!r} is not in the warehouse")
-    return {**runs_row, **{k: v for k, v in summary.items() if v is not None}}
+def _summaries(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Per run, run_summary's row over its `runs` row (what the summary leaves null, the ingest may know)."""
+    summaries, runs = firsts(con, "run_summary", run_ids), firsts(con, "runs", run_ids)
+    out = {}
+    for rid in run_ids:
+        summary, runs_row = summaries.get(rid, {}), runs.get(rid, {})
+        if not summary and not runs_row:
+            raise LookupError(f"run {rid!r} is not in the warehouse")
+        out[rid] = {**runs_row, **{k: v for k, v in summary.items() if v is not None}}
+    return out
 
 
-def _findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
+def _findings(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
     if not columns(con, "config_findings"):
-        return []
-    return rows(con, "select * exclude (run_id) from config_findings where run_id = $run_id "
-                     "order by case severity when 'error' then 0 when 'warning' then 1 else 2 end, finding",
-                {"run_id": run_id})
+        return {}
+    return by_run(rows(con, "select run_id, * exclude (run_id) from config_findings where list_contains($ids, run_id) "
+                            "order by run_id, case severity when 'error' then 0 when 'warning' then 1 else 2 end, "
+                            "finding", {"ids": run_ids}))
 
 
-def _earlier_runs(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    """Up to ten runs of the same experiment that ended before this one, newest first (run_baselines)."""
+def _earlier_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Per run, up to ten runs of the same experiment that ended before it, newest first (run_baselines)."""
     if "ended_at" not in columns(con, "run_baselines"):
-        return []
-    return rows(con, "select b.run_id, b.failure_class, b.last_step, b.expected_steps, b.median_step_s, b.goodput, "
-                     "b.bottleneck_phase, b.ended_at, b.ended_by_file_time from run_baselines b join run_baselines me "
-                     "on me.run_id = $run_id and b.experiment_name = me.experiment_name and b.run_id <> me.run_id "
-                     "and (me.ended_at is null or b.ended_at is null or b.ended_at < me.ended_at) "
-                     "order by b.ended_at desc nulls last, b.run_id desc limit $n",
-                {"run_id": run_id, "n": MAX_EARLIER_RUNS})
+        return {}
+    return by_run(rows(con, "select me.run_id as me, b.run_id, b.failure_class, b.last_step, b.expected_steps, "
+                            "b.median_step_s, b.goodput, b.bottleneck_phase, b.ended_at, b.ended_by_file_time "
+                            "from run_baselines b join run_baselines me on list_contains($ids, me.run_id) "
+                            "and b.experiment_name = me.experiment_name and b.run_id <> me.run_id "
+                            "and (me.ended_at is null or b.ended_at is null or b.ended_at < me.ended_at) "
+                            "qualify row_number() over (partition by me.run_id "
+                            "order by b.ended_at desc nulls last, b.run_id desc) <= $n "
+                            "order by me.run_id, b.ended_at desc nulls last, b.run_id desc",
+                       {"ids": run_ids, "n": MAX_EARLIER_RUNS}), "me")
 
 
 def _failure_advice(summary: dict[str, Any], run_advice: list[dict[str, Any]]) -> Advice:

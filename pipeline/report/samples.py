@@ -9,6 +9,8 @@ from typing import Any
 
 import duckdb
 
+from pipeline.report.warehouse import by_run
+
 MAX_SHOWN = 24
 # steps either side of an anomaly episode whose samples count as around it
 NEAR_EPISODE = 2
@@ -67,17 +69,22 @@ def _episode_near(step: int, episodes: Sequence[Any]) -> str | None:
     return None
 
 
-def load_samples(con: duckdb.DuckDBPyConnection, run_id: str, episodes: Sequence[Any] = ()) -> RunSamples:
-    """The run's picked samples to show (at most MAX_SHOWN: those around anomaly episodes and with cues
-    first, then best and worst), in step order, and how many samples the log printed in all."""
+def load_samples(con: duckdb.DuckDBPyConnection,
+                 episodes: dict[str, Sequence[Any]]) -> dict[str, RunSamples]:
+    """Per run of `episodes` (run id: its anomaly episodes), its picked samples to show (at most MAX_SHOWN:
+    those around anomaly episodes and with cues first, then best and worst), in step order, and how many
+    samples the log printed in all."""
     try:
-        found = con.execute(
-            "select * from run_samples where run_id = $run_id order by sample_no", {"run_id": run_id}
-        ).fetchall()
+        cur = con.execute("select * from run_samples where list_contains($ids, run_id) order by run_id, sample_no",
+                          {"ids": list(episodes)})
     except duckdb.CatalogException:
-        return RunSamples([], 0)
-    names = [d[0] for d in con.description]
-    rows = [dict(zip(names, r, strict=True)) for r in found]
+        return {rid: RunSamples([], 0) for rid in episodes}
+    names = [d[0] for d in cur.description]
+    found = by_run([dict(zip(names, r, strict=True)) for r in cur.fetchall()], drop=False)
+    return {rid: _shown(found.get(rid, []), near) for rid, near in episodes.items()}
+
+
+def _shown(rows: list[dict[str, Any]], episodes: Sequence[Any]) -> RunSamples:
     if not rows:
         return RunSamples([], 0)
     samples = [

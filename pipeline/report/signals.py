@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 
-from pipeline.report.warehouse import clean, columns, rows, table_rows
+from pipeline.report.warehouse import by_run, clean, columns, firsts, rows
 
 # (table, column or verl key, label, verl's name, higher is better): step_health keeps every verl key in a map
 SIGNALS = (
@@ -27,6 +27,8 @@ SIGNALS = (
     ("step_health", "critic/vf_explained_var", "Variance of returns the critic explains", "critic/vf_explained_var",
      True),
 )
+# the per-step tables a run's signals and validation are read from, for it and its earlier peers
+TABLES = ("step_phases", "step_health", "step_metrics")
 VAL_CORE_RE = re.compile(r"^val-core/(?P<source>.+)/(?P<metric>[^/]+)/(?P<stat>mean@\d+)$")
 MAX_EARLIER = 10
 
@@ -74,22 +76,28 @@ class Peers:
 SCOPES = (("config_group", "config group"), ("model_setup", "model setup"))
 
 
-def earlier_peers(con: duckdb.DuckDBPyConnection, run_id: str) -> Peers:
-    """The runs of this run's config group that ended before it, newest first (from run_baselines); when
+def earlier_peers(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, Peers]:
+    """Per run, the runs of its config group that ended before it, newest first (from run_baselines); when
     there are none, those of its model setup, whose per-GPU and per-token figures still compare."""
     have = set(columns(con, "run_baselines"))
+    found: dict[str, Peers] = {}
     for column, scope in SCOPES:
-        if column not in have:
+        left = [r for r in run_ids if r not in found]
+        if column not in have or not left:
             continue
-        found = rows(con, f"select b.run_id, me.{column} as name from run_baselines b join run_baselines me "
-                          f"on me.run_id = $run_id and b.{column} = me.{column} and b.run_id <> me.run_id "
-                          "and (b.ended_at < me.ended_at or me.ended_at is null) "
-                          "order by b.ended_at desc nulls last, b.run_id desc limit $n",
-                     {"run_id": run_id, "n": MAX_EARLIER})
-        if found:
-            return Peers(scope, found[0]["name"], [r["run_id"] for r in found])
-    group = table_rows(con, "run_baselines", "run_id = $run_id", {"run_id": run_id}) if "config_group" in have else []
-    return Peers(SCOPES[0][1], group[0]["config_group"] if group else None, [])
+        earlier = rows(con, f"select me.run_id as me, b.run_id, me.{column} as name from run_baselines b "
+                            f"join run_baselines me on list_contains($ids, me.run_id) and b.{column} = me.{column} "
+                            "and b.run_id <> me.run_id and (b.ended_at < me.ended_at or me.ended_at is null) "
+                            "qualify row_number() over (partition by me.run_id "
+                            "order by b.ended_at desc nulls last, b.run_id desc) <= $n "
+                            "order by me.run_id, b.ended_at desc nulls last, b.run_id desc",
+                       {"ids": left, "n": MAX_EARLIER})
+        for rid, group in by_run(earlier, "me").items():
+            found[rid] = Peers(scope, group[0]["name"], [r["run_id"] for r in group])
+    left = [r for r in run_ids if r not in found]
+    groups = firsts(con, "run_baselines", left) if left and "config_group" in have else {}
+    return {rid: found.get(rid) or Peers(SCOPES[0][1], groups.get(rid, {}).get("config_group"), [])
+            for rid in run_ids}
 
 
 def _medians(con: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -110,10 +118,18 @@ def _medians(con: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> 
     return {r.pop("run_id"): r for r in found}
 
 
-def load_signals(con: duckdb.DuckDBPyConnection, run_id: str, earlier: list[str]) -> list[Signal]:
-    """The verl signals this run's log has, each against the earlier runs of its config group."""
-    ids = [run_id, *earlier]
-    per_run = {t: _medians(con, t, ids) for t in ("step_phases", "step_health")}
+def compared_runs(peers: dict[str, Peers]) -> list[str]:
+    """The runs whose signals a batch's reports read: its own, then their earlier peers."""
+    return list(dict.fromkeys([*peers, *(p for of in peers.values() for p in of.run_ids)]))
+
+
+def load_signals(con: duckdb.DuckDBPyConnection, peers: dict[str, Peers]) -> dict[str, list[Signal]]:
+    """Per run, the verl signals its log has, each against the earlier runs of its config group (`peers`)."""
+    per_run = {t: _medians(con, t, compared_runs(peers)) for t in ("step_phases", "step_health")}
+    return {rid: _signals(per_run, rid, of.run_ids) for rid, of in peers.items()}
+
+
+def _signals(per_run: dict[str, dict[str, dict[str, Any]]], run_id: str, earlier: list[str]) -> list[Signal]:
     out = []
     for table, col, label, key, better_up in SIGNALS:
         mine = clean(per_run[table].get(run_id, {}).get(col))
@@ -125,21 +141,24 @@ def load_signals(con: duckdb.DuckDBPyConnection, run_id: str, earlier: list[str]
     return out
 
 
-def load_validation(con: duckdb.DuckDBPyConnection, run_id: str, earlier: list[str]) -> list[Validation]:
-    """Validation per data source (verl's val-core/<source>/<metric>/mean@n) for this run and its group."""
+def load_validation(con: duckdb.DuckDBPyConnection, peers: dict[str, Peers]) -> dict[str, list[Validation]]:
+    """Per run, validation per data source (verl's val-core/<source>/<metric>/mean@n) against its group's."""
     if not columns(con, "step_metrics"):
-        return []
-    found = rows(con, "select run_id, key, arg_min(value, step) as first, arg_max(value, step) as last, "
-                      "max(value) as best from step_metrics where list_contains($ids, run_id) "
-                      "and key like 'val-core/%' and isfinite(value) group by all order by key",
-                 {"ids": [run_id, *earlier]})
-    mine = {r["key"]: r for r in found if r["run_id"] == run_id}
+        return {}
+    found = by_run(rows(con, "select run_id, key, arg_min(value, step) as first, arg_max(value, step) as last, "
+                             "max(value) as best from step_metrics where list_contains($ids, run_id) "
+                             "and key like 'val-core/%' and isfinite(value) group by all order by key, run_id",
+                        {"ids": compared_runs(peers)}), drop=False)
+    return {rid: _validation(found, rid, of.run_ids) for rid, of in peers.items()}
+
+
+def _validation(found: dict[str, list[dict[str, Any]]], run_id: str, earlier: list[str]) -> list[Validation]:
     out = []
-    for key, r in mine.items():
-        m = VAL_CORE_RE.match(key)
+    for r in found.get(run_id, []):
+        m = VAL_CORE_RE.match(r["key"])
         if not m:
             continue
-        theirs = [o["last"] for o in found if o["key"] == key and o["run_id"] != run_id]
+        theirs = [o["last"] for e in earlier for o in found.get(e, []) if o["key"] == r["key"]]
         out.append(Validation(m["source"], f"{m['metric']} ({m['stat']})", r["first"], r["last"], r["best"],
                               statistics.median(theirs) if theirs else None, len(theirs)))
     return out

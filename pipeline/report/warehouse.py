@@ -1,14 +1,16 @@
-"""Reading the warehouse for a report: columns, rows and per-step arrays, every value a bound parameter."""
+"""Reading the warehouse for run reports: a batch's views, rows grouped by run, per-step arrays, every value a
+bound parameter.
+
+A batch of reports reads each table in one statement for all its runs (`list_contains($ids, run_id)`), split
+per run here, instead of a dozen small queries per report: a query costs DuckDB about a millisecond to plan
+and run however few its rows.
+"""
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
-import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,98 +20,23 @@ import numpy as np
 from pipeline import lake
 
 _DATABASES: dict[int, duckdb.DuckDBPyConnection] = {}
-# Read from the run's own partition even in a preloaded batch: a batch's every log line is too much to hold,
-# and a report reads a few of them.
-READ_IN_PLACE = ("log_lines",)
-# The rows of a table a run report reads, where it reads only some (a preloaded batch holds only those).
-REPORT_ROWS = {"step_metrics": "key like 'val-core/%'"}
-_BATCH_NAMES = itertools.count()
-
-
-@dataclass(frozen=True)
-class _Batch:
-    warehouse: Path
-    database: str  # the attached in-memory database that holds the batch's rows
-    run_ids: frozenset[str]  # the runs whose rows it holds: the batch's and their earlier peers'
-    columns: dict[str, list[str]] = field(default_factory=dict)  # of its tables, as reports ask for them
-
-
-_BATCHES: dict[int, _Batch] = {}
-# The connections on a preloaded batch, with the columns of the batch's tables (a duckdb_columns() scan costs
-# ~1.4 ms, and a report asks about twenty times); a connection leaves when its views change.
-_BATCH_COLUMNS: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, dict[str, list[str]]] = (
-    weakref.WeakKeyDictionary())
 
 
 def connect(warehouse: str | Path, run_ids: list[str]) -> duckdb.DuckDBPyConnection:
     """A connection with a view per warehouse table, per-run ones holding only `run_ids` (fleet tables whole),
     on this process's one in-memory DuckDB database: opening a database starts its threads (about 20 ms of
-    CPU, and more wall time on a busy machine), a connection to an open one costs under a millisecond.
-
-    Inside `preloaded(...)` for these runs, the tables are the batch's copies in memory (log_lines aside)."""
+    CPU, and more wall time on a busy machine), a connection to an open one costs under a millisecond."""
     con = _database().cursor()
-    batch = _batch_holding(warehouse, run_ids)
-    if batch is None:
-        add_views(con, warehouse, run_ids)
-    else:
-        con.execute(f"use {batch.database}")
-        _add_views(con, warehouse, run_ids, READ_IN_PLACE)
-        _BATCH_COLUMNS[con] = batch.columns
+    add_views(con, warehouse, run_ids)
     return con
 
 
-def add_views(con: duckdb.DuckDBPyConnection, warehouse: str | Path, run_ids: list[str]) -> None:
-    """Point the view of every warehouse table on `con` at the partitions of `run_ids` (fleet tables whole);
-    nothing to do inside `preloaded(...)` when the batch holds these runs."""
-    if _batch_holding(warehouse, run_ids) is None:
-        _add_views(con, warehouse, run_ids)
-
-
-def _add_views(con: duckdb.DuckDBPyConnection, warehouse: str | Path, run_ids: list[str],
-               only: tuple[str, ...] | None = None) -> None:
-    _BATCH_COLUMNS.pop(con, None)
+def add_views(con: duckdb.DuckDBPyConnection, warehouse: str | Path, run_ids: list[str],
+              only: Iterable[str] | None = None) -> None:
+    """Point the view of every warehouse table (of those in `only`, when given) on `con` at the partitions of
+    `run_ids` (fleet tables whole)."""
     for table, src in lake.present_tables(warehouse, run_ids, only=only).items():
         con.execute(f"create or replace temp view {table} as select * from {src}")
-
-
-def _batch_holding(warehouse: str | Path, run_ids: list[str]) -> _Batch | None:
-    batch = _BATCHES.get(os.getpid())
-    if batch is None or batch.warehouse != Path(warehouse) or not batch.run_ids.issuperset(run_ids):
-        return None
-    return batch
-
-
-@contextmanager
-def preloaded(warehouse: str | Path, run_ids: list[str],
-              peers_of: Callable[[duckdb.DuckDBPyConnection, str], list[str]]) -> Iterator[None]:
-    """Within it, `connect` for any of `run_ids` reads their tables from one copy in memory, read from the
-    warehouse in one statement per table, instead of binding every table's Parquet files per report.
-
-    The copy holds the fleet tables, then the per-run tables' rows of `run_ids` and of the runs that
-    `peers_of(con, run_id)` names (a report compares its run with them), log_lines aside (READ_IN_PLACE) and
-    only REPORT_ROWS of the tables listed there.
-    """
-    run_ids = [lake.check_run_id(r) for r in run_ids]
-    name = f"report_batch_{os.getpid()}_{next(_BATCH_NAMES)}"
-    con = _database().cursor()
-    con.execute(f"attach ':memory:' as {name}")
-    try:
-        con.execute(f"use {name}")
-        present = lake.present_tables(warehouse, run_ids)
-        per_run = set(lake.per_run_tables())
-        for table in present.keys() - per_run:
-            con.execute(f"create table {table} as select * from {present[table]}")
-        held = list(dict.fromkeys([*run_ids, *(p for rid in run_ids for p in peers_of(con, rid))]))
-        for table in (per_run & present.keys()) - set(READ_IN_PLACE):
-            src = lake.table_source(warehouse, table, held)
-            con.execute(f"create table {table} as select * from {src} where {REPORT_ROWS.get(table, 'true')}")
-        _BATCHES[os.getpid()] = _Batch(Path(warehouse), name, frozenset(held))
-        yield
-    finally:
-        _BATCHES.pop(os.getpid(), None)
-        con.execute("use memory")
-        con.execute(f"detach {name}")
-        con.close()
 
 
 def _database() -> duckdb.DuckDBPyConnection:
@@ -122,18 +49,12 @@ def _database() -> duckdb.DuckDBPyConnection:
 
 def columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
     """Columns of a warehouse view, or [] if the table is not in the warehouse."""
-    cache = None if table in READ_IN_PLACE else _BATCH_COLUMNS.get(con)
-    if cache is not None and table in cache:
-        return cache[table]
     found = con.execute(
         "select column_name from duckdb_columns() where table_name = $table "
         "and database_name in (current_database(), 'temp') order by column_index",
         {"table": table},
     ).fetchall()
-    names = [name for (name,) in found]
-    if cache is not None:
-        cache[table] = names
-    return names
+    return [name for (name,) in found]
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
@@ -141,6 +62,14 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -
     cur = con.execute(sql, params or {})
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def by_run(found: list[dict[str, Any]], key: str = "run_id", drop: bool = True) -> dict[str, list[dict[str, Any]]]:
+    """Rows grouped by their `key` column (dropped from them unless `drop` is false), each group in row order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in found:
+        out.setdefault(r.pop(key) if drop else r[key], []).append(r)
+    return out
 
 
 def clean(value: Any) -> Any:
@@ -164,26 +93,34 @@ def table_rows(con: duckdb.DuckDBPyConnection, table: str, where: str = "true", 
     return clean_rows(rows(con, f"select * from {table} where {where}{tail}", params))
 
 
-def one(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> dict[str, Any]:
-    """A run's row of a one-row-per-run table, or {}."""
-    found = table_rows(con, table, "run_id = $run_id", {"run_id": run_id})
-    return found[0] if found else {}
-
-
-def series(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> dict[str, np.ndarray]:
-    """One run's per-step table as float arrays (NULL -> NaN), ordered by step; strings kept as objects."""
-    if not columns(con, table):
-        return {}
-    raw = con.execute(
-        f"select * exclude (run_id) from {table} where run_id = $run_id order by step", {"run_id": run_id}
-    ).fetchnumpy()
-    out = {}
-    for name, arr in raw.items():
-        if arr.dtype.kind in "iufb":
-            values = np.asarray(np.ma.getdata(arr), dtype=float)
-            if np.ma.isMaskedArray(arr):
-                values[np.ma.getmaskarray(arr)] = np.nan
-            out[name] = values
-        else:
-            out[name] = np.asarray(arr, dtype=object)
+def firsts(con: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Each run's (first) row of a one-row-per-run table; a run without one is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in table_rows(con, table, "list_contains($ids, run_id)", {"ids": run_ids}):
+        out.setdefault(r["run_id"], r)
     return out
+
+
+def series(con: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    """Each run's numeric columns of a per-step table as float arrays (NULL -> NaN), ordered by step; a run
+    without rows is left out."""
+    kinds = con.execute(
+        "select column_name from duckdb_columns() where table_name = $table and column_name <> 'run_id' "
+        "and database_name in (current_database(), 'temp') and data_type in "
+        "('BOOLEAN', 'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'HUGEINT', 'UTINYINT', 'USMALLINT', 'UINTEGER', "
+        "'UBIGINT', 'FLOAT', 'DOUBLE') order by column_index", {"table": table}).fetchall()
+    if not kinds:
+        return {}
+    picks = ", ".join(f'"{name}"' for (name,) in kinds)
+    raw = con.execute(f"select run_id, {picks} from {table} where list_contains($ids, run_id) "
+                      "order by run_id, step", {"ids": run_ids}).fetchnumpy()
+    ids = np.asarray(raw.pop("run_id"), dtype=object)
+    values = {}
+    for name, arr in raw.items():
+        v = np.asarray(np.ma.getdata(arr), dtype=float)
+        if np.ma.isMaskedArray(arr):
+            v[np.ma.getmaskarray(arr)] = np.nan
+        values[name] = v
+    bounds = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(ids)]
+    return {ids[a]: {name: v[a:b] for name, v in values.items()} for a, b in zip(bounds[:-1], bounds[1:],
+                                                                                    strict=True) if b > a}
