@@ -98,7 +98,12 @@ def test_hard_wrapped_step_line_reassembled(tmp_path):
     assert {ln["kind"] for ln in run.lines[: len(pieces)]} == {"step_metrics"}
 
 
-def test_jsonl_logger_null_is_nan_and_console_wins(tmp_path):
+# metric rows reconciled in memory (Arrow), or all spilled to a scratch file (DuckDB): the same rows
+IN_MEMORY = pytest.mark.parametrize("metric_rows_in_memory", [2**20, 0], ids=["in-memory", "spilled"])
+
+
+@IN_MEMORY
+def test_jsonl_logger_null_is_nan_and_console_wins(tmp_path, metric_rows_in_memory):
     root = tmp_path / "archive" / "run-j"
     (root / "logs").mkdir(parents=True)
     (root / "train.log").write_text("step:1 - a:1.0 - b:2.0\nstep:2 - a:3.0\n")
@@ -108,7 +113,8 @@ def test_jsonl_logger_null_is_nan_and_console_wins(tmp_path):
         {"step": 3, "data": {"a": 7.0}},
     ]
     (root / "logs" / "exp.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + '\n{"step":4,"da')
-    run = ingest_root(tmp_path / "archive", tmp_path / "wh")["run-j"]
+    limits = IngestLimits(metric_rows_in_memory=metric_rows_in_memory)
+    run = ingest_root(tmp_path / "archive", tmp_path / "wh", limits)["run-j"]
     got = {(m["step"], m["key"]): (m["value"], m["source"]) for m in run.metrics}
     assert got[(1, "a")] == (1.0, "console")
     assert got[(1, "b")] == (2.0, "console")
@@ -143,15 +149,21 @@ CONFIG = """(TaskRunner pid=5) {'actor_rollout_ref': {'actor': {'strategy': 'fsd
 """
 
 
-def test_resume_segments_later_segment_wins(tmp_path):
+@IN_MEMORY
+def test_resume_segments_later_segment_wins(tmp_path, metric_rows_in_memory):
     text = (
         CONFIG % ("1", 10)
         + "step:0 - val:0.1\nstep:1 - a:1.0 - b:1.0\nstep:2 - a:2.0\n(WorkerDict pid=9) working\n"
         + CONFIG % ("2", 20)
         + "step:1 - val:0.2\nstep:2 - a:20.0\nstep:3 - a:3.0\n"
     )
-    run = ingest_text(tmp_path, text)
+    run = ingest_text(tmp_path, text, limits=IngestLimits(metric_rows_in_memory=metric_rows_in_memory))
     got = {(m["step"], m["key"]): (m["value"], m["segment"]) for m in run.metrics}
+    # one row per (step, key), ordered by step then key
+    assert [(m["step"], m["key"]) for m in run.metrics] == [
+        (0, "val"), (1, "a"), (1, "b"), (1, "val"), (2, "a"), (3, "a")
+    ]
+    assert not [p.name for p in (tmp_path / "wh").iterdir() if p.name.startswith(".ingest-")]
     assert got[(2, "a")] == (20.0, 1)
     assert got[(1, "a")] == (1.0, 0)
     assert got[(1, "val")] == (0.2, 1)
