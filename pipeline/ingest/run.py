@@ -156,6 +156,13 @@ def _stage_a(raw: bytes, limits: IngestLimits) -> BlockResult:
     return BlockResult(lines, cls, rows, raw.count(b"\x00") if b"\x00" in raw else 0)
 
 
+def _done(result: BlockResult) -> Future:
+    """A future already holding `result`."""
+    future: Future = Future()
+    future.set_result(result)
+    return future
+
+
 def _counted(chunks: Iterator[bytes], totals: RunTotals) -> Iterator[bytes]:
     """Pass the chunks on, counting bytes and, independently of the line splitter, lines."""
     last = b"\n"
@@ -261,7 +268,10 @@ class _RunIngest:
         self.n_truncated = 0
         crlf = False
         for raw in iter_raw_blocks(_counted(chunks, self.totals), name, self.limits, self.problems):
-            pending.append(pool.submit(_stage_a, raw, self.limits))
+            if len(raw) < self.limits.block_bytes // 2:  # a file's last block: a hand-off would cost more
+                pending.append(_done(_stage_a(raw, self.limits)))
+            else:
+                pending.append(pool.submit(_stage_a, raw, self.limits))
             while len(pending) > 1:
                 res = pending.popleft().result()
                 n_nul, n_bad = self._stage_b(res, line_no, state, name, n_nul, n_bad)
@@ -334,13 +344,16 @@ class _RunIngest:
         return n_nul + res.n_nul, n_bad + lines.n_undecodable
 
     def write_lines(self, wait: bool = True) -> None:
-        """Hand the gathered `log_lines` batches to the writer thread as one write (after its previous one);
-        with `wait`, until it is written."""
+        """Write the gathered `log_lines` batches as one write, after the previous one: with `wait` at once,
+        else in the writer thread."""
         if self.log_parts:
             batch = self.log_parts[0] if len(self.log_parts) == 1 else pa.concat_tables(self.log_parts)
             self.log_parts, self.log_bytes = [], 0
             self._flush_write()
-            self.pending_write = self.write_pool.submit(self.log_writer.write, batch)
+            if wait:
+                self.log_writer.write(batch)
+            else:
+                self.pending_write = self.write_pool.submit(self.log_writer.write, batch)
         if wait:
             self._flush_write()
 
