@@ -355,15 +355,17 @@ def _hover(steps: np.ndarray, xs: _Scale, series: list[tuple[str, np.ndarray]], 
         return []
     starts = np.array([a for a, _ in cols])
     ends = np.array([b for _, b in cols])
-    lows = [np.fmin.reduceat(np.where(np.isfinite(y), y, np.nan), starts).tolist() for _, y in series]
-    highs = [np.fmax.reduceat(np.where(np.isfinite(y), y, np.nan), starts).tolist() for _, y in series]
+    # each series' part of every column's title (None where the column has no value of it)
+    values = [_value_texts(escape(name), np.fmin.reduceat(np.where(np.isfinite(y), y, np.nan), starts).tolist(),
+                           np.fmax.reduceat(np.where(np.isfinite(y), y, np.nan), starts).tolist())
+              for name, y in series]
     half = 0.5 * (float(steps[-1] - steps[0]) / max(len(cols), 1)) if len(steps) > len(cols) else 0.5
     single = ends - starts == 1
     s0, s1 = steps[starts], steps[ends - 1]
     after = np.where(ends < len(steps), steps[np.minimum(ends, len(steps) - 1)], s1)
     left = np.where(single, xs(s0 - half), xs(s0)).tolist()
     right_x = np.where(single, xs(s1 + half), xs(after)).tolist()
-    names = [name for name, _ in series]
+    marks = [(first, last, f"anomaly: {escape(str(cls))}") for first, last, cls in episodes]
     out = []
     for k, (first_step, last_step, one, x0, x1) in enumerate(zip(s0.tolist(), s1.tolist(), single.tolist(), left,
                                                                  right_x, strict=True)):
@@ -371,16 +373,17 @@ def _hover(steps: np.ndarray, xs: _Scale, series: list[tuple[str, np.ndarray]], 
         if x1 <= x0:
             continue
         parts = [f"step {first_step:.0f}" if one else f"steps {first_step:.0f}–{last_step:.0f}"]
-        for name, lo_k, hi_k in zip(names, lows, highs, strict=True):
-            lo, hi = lo_k[k], hi_k[k]
-            if math.isfinite(lo):
-                parts.append(f"{name} {fmt(lo)}" if lo == hi else f"{name} {fmt(lo)}–{fmt(hi)}")
-        for first, last, cls in episodes:
-            if first <= last_step and last >= first_step:
-                parts.append(f"anomaly: {cls}")
+        parts += [v[k] for v in values if v[k] is not None]
+        parts += [mark for first, last, mark in marks if first <= last_step and last >= first_step]
         out.append(f'<rect class="h" x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" height="{H - TOP - BOTTOM}">'
-                   f'<title>{escape(" · ".join(parts))}</title></rect>')
+                   f'<title>{" · ".join(parts)}</title></rect>')
     return out
+
+
+def _value_texts(name: str, lows: list[float], highs: list[float]) -> list[str | None]:
+    """A series' value (or range) in each hover column: `name value`, or None where it has none."""
+    return [None if not math.isfinite(lo) else f"{name} {fmt(lo)}" if lo == hi else f"{name} {fmt(lo)}–{fmt(hi)}"
+            for lo, hi in zip(lows, highs, strict=True)]
 
 
 def _y_axis(ys: _Scale, ticks: list[float], x: float, anchor: str, grid: bool, right: float) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import duckdb
@@ -95,21 +96,24 @@ def file_role(summary: dict[str, Any], file: str | None) -> str | None:
     return recorded.get(file) or role_of(file)
 
 
-def lines_by_kind(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """Per run, how many lines of each kind its log has, most first."""
+def line_counts(con: duckdb.DuckDBPyConnection,
+                run_ids: list[str]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """Per run, how many lines of each kind its log has (most first), and the lines, errors and unclassified
+    lines of each of its files (the MAX_FILES largest): one scan of log_lines for both."""
     if not columns(con, "log_lines"):
-        return {}
-    return by_run(rows(con, "select run_id, coalesce(kind, 'other') as kind, count(*) as n from log_lines "
-                            "where list_contains($ids, run_id) group by all order by run_id, n desc, kind",
-                       {"ids": run_ids}))
-
-
-def lines_by_file(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """Per run, lines, errors and unclassified lines per file of its log (the 50 largest files)."""
-    if not columns(con, "log_lines"):
-        return {}
-    return by_run(rows(con, "select run_id, file, count(*) as n, count(*) filter (kind = 'error') as errors, "
-                            "count(*) filter (kind = 'other') as other from log_lines "
-                            "where list_contains($ids, run_id) group by run_id, file "
-                            "qualify row_number() over (partition by run_id order by count(*) desc, file) <= $top "
-                            "order by run_id, n desc, file", {"ids": run_ids, "top": MAX_FILES}))
+        return {}, {}
+    kinds: dict[str, Counter[str]] = {}
+    files: dict[str, dict[str, Counter[str]]] = {}
+    for r in rows(con, "select run_id, file, kind, count(*) as n from log_lines where list_contains($ids, run_id) "
+                       "group by all", {"ids": run_ids}):
+        kinds.setdefault(r["run_id"], Counter())[r["kind"] or "other"] += r["n"]
+        per_file = files.setdefault(r["run_id"], {}).setdefault(r["file"], Counter(n=0, errors=0, other=0))
+        per_file["n"] += r["n"]
+        if r["kind"] in ("error", "other"):
+            per_file["errors" if r["kind"] == "error" else "other"] += r["n"]
+    by_kind = {rid: [{"kind": k, "n": n} for k, n in sorted(c.items(), key=lambda kn: (-kn[1], kn[0]))]
+               for rid, c in kinds.items()}
+    by_file = {rid: [{"file": f, **c} for f, c in sorted(fs.items(), key=lambda fc: (-fc[1]["n"], fc[0] is None,
+                                                                                     fc[0] or ""))[:MAX_FILES]]
+               for rid, fs in files.items()}
+    return by_kind, by_file

@@ -94,8 +94,7 @@ class _Batch:
         ids = {"ids": run_ids}
         self.run_advice = by_run(table_rows(con, "run_advice", "list_contains($ids, run_id)", ids, "run_id, rank"),
                                  drop=False)
-        self.lines_by_kind = evidence.lines_by_kind(con, run_ids)
-        self.lines_by_file = evidence.lines_by_file(con, run_ids)
+        self.lines_by_kind, self.lines_by_file = evidence.line_counts(con, run_ids)
         self.context = evidence.context_lines(con, self.root_causes)
         self.error_events = evidence.error_events(con, run_ids)
         self.errors = evidence.error_lines(con, run_ids)
