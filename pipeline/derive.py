@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import lake, tables
@@ -126,8 +127,8 @@ def _refresh_view(con: duckdb.DuckDBPyConnection, warehouse: str | Path, table: 
 
 def _query_into(
     con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str, params: dict, staging: Path
-) -> duckdb.DuckDBPyRelation:
-    """Run `sql/<name>.sql` into `staging`, one folder per run; returns the query.
+) -> dict[str, int]:
+    """Run `sql/<name>.sql` into `staging`, one folder per run; returns the rows written per run.
 
     DuckDB opens a file when the query is bound and again when it scans it: a partition another process
     swaps in between is gone or another file by then. The query is bound again to what is on disk now.
@@ -145,10 +146,31 @@ def _query_into(
     return _write_query(con, name, params, staging)
 
 
-def _write_query(con: duckdb.DuckDBPyConnection, name: str, params: dict, staging: Path) -> duckdb.DuckDBPyRelation:
-    rel = con.sql(sql_text(name), params=params)
-    rel.write_parquet(str(staging), partition_by=["run_id"], compression="zstd", filename_pattern="part-{i}")
-    return rel
+def _write_query(con: duckdb.DuckDBPyConnection, name: str, params: dict, staging: Path) -> dict[str, int]:
+    """One COPY of the query's rows into a folder per run; the rows of each run from DuckDB's own count."""
+    result = con.execute(
+        f"copy ({sql_text(name)}\n) to {lake.sql_literal(staging)} (format parquet, partition_by (run_id), "
+        "compression zstd, filename_pattern 'part-{i}', return_stats)",
+        params,
+    )
+    columns = [d[0] for d in result.description]
+    rows: dict[str, int] = {}
+    for file in (dict(zip(columns, found, strict=True)) for found in result.fetchall()):
+        run_id = file["partition_keys"]["run_id"]
+        rows[run_id] = rows.get(run_id, 0) + file["count"]
+    return rows
+
+
+def _empty_parquet(con: duckdb.DuckDBPyConnection, name: str, params: dict, staging: Path) -> bytes:
+    """A Parquet file of no rows with the columns of the runs' files in `staging` (else of the query)."""
+    written = next(staging.glob("run_id=*/*.parquet"), None)
+    if written is not None:
+        schema = pq.read_schema(written)
+    else:
+        schema = con.sql(sql_text(name), params=params).limit(0).to_arrow_table().drop_columns(["run_id"]).schema
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
 
 
 def _run_table(
@@ -157,35 +179,34 @@ def _run_table(
     name: str,
     run_ids: list[str],
     thresholds: Mapping[str, Mapping[str, float]] | None = None,
+    read_after: bool = True,
 ) -> int:
     """Replace the partitions of `run_ids` with the query's rows; a run without rows gets an empty partition.
 
     DuckDB writes every run's partition in one pass into a staging folder; each is then renamed into
-    place, so readers see a run's old or new rows, never a mix.
+    place, so readers see a run's old or new rows, never a mix. With `read_after`, the connection's view
+    of the table then reads the new partitions.
     """
     run_ids = [lake.check_run_id(r) for r in run_ids]
     staging = lake.table_dir(warehouse, name) / f".staging-{uuid.uuid4().hex}"
     staging.parent.mkdir(parents=True, exist_ok=True)
+    params = _params(name, run_ids, thresholds)
     try:
-        rel = _query_into(con, warehouse, name, _params(name, run_ids, thresholds), staging)
-        files = {p.parent.name.split("=", 1)[1]: p for p in staging.glob("run_id=*/*.parquet")}
-        if files:
-            schema = pq.read_schema(next(iter(files.values())))
-        else:
-            schema = rel.limit(0).to_arrow_table().drop_columns(["run_id"]).schema
-        rows = 0
+        written = _query_into(con, warehouse, name, params, staging)
+        empty = None
         for rid in run_ids:
-            part = staging / f"run_id={rid}"
-            if rid in files:
-                rows += pq.ParquetFile(files[rid]).metadata.num_rows
-            else:
-                part.mkdir(parents=True)
-                pq.write_table(schema.empty_table(), part / "part-0.parquet", compression="zstd")
-            lake.swap_into_place(part, lake.run_partition_dir(warehouse, name, rid))
+            if rid not in written:
+                empty = empty or _empty_parquet(con, name, params, staging)
+                part = staging / f"run_id={rid}"
+                part.mkdir()
+                (part / "part-0.parquet").write_bytes(empty)
+        lake.swap_all_into_place((staging / f"run_id={rid}", lake.run_partition_dir(warehouse, name, rid))
+                                 for rid in run_ids)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    _refresh_view(con, warehouse, name, run_ids)
-    return rows
+    if read_after:
+        _refresh_view(con, warehouse, name, run_ids)
+    return sum(written.get(rid, 0) for rid in run_ids)
 
 
 def derive_run_table(
@@ -203,7 +224,7 @@ def derive_run_table(
     run_ids = list(run_ids)
     con = _connect(warehouse, [name], run_ids)
     try:
-        return _run_table(con, warehouse, name, run_ids, thresholds)
+        return _run_table(con, warehouse, name, run_ids, thresholds, read_after=False)
     finally:
         con.close()
 
@@ -217,7 +238,10 @@ def derive_run_tables(
     run_ids = list(run_ids)
     con = _connect(warehouse, RUN_TABLES, run_ids)
     try:
-        counts = {name: _run_table(con, warehouse, name, run_ids, thresholds) for name in RUN_TABLES}
+        # a table gets a view of its new partitions only where a later one reads it
+        read_later = {t for name in RUN_TABLES for t in tables.table(name).reads}
+        counts = {name: _run_table(con, warehouse, name, run_ids, thresholds, read_after=name in read_later)
+                  for name in RUN_TABLES}
     finally:
         con.close()
     lake.refresh_catalog(warehouse)

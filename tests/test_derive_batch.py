@@ -3,6 +3,8 @@ warehouse, and another run's partition (broken, or being rewritten) does not sta
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
+
 from pipeline import derive, lake
 from tests.test_derive import completed_run, oom_run
 
@@ -33,3 +35,20 @@ def test_a_table_without_the_batchs_runs_reads_as_no_rows(tmp_path):
     assert rows["run_summary"] == 1
     con = lake.connect(tmp_path, run_ids=["done-b"])
     assert con.execute("select run_id from run_summary").fetchall() == [("done-b",)]
+
+
+def test_rederiving_a_batch_counts_its_rows_and_leaves_one_file_per_run(tmp_path):
+    """oom-a (3 steps) and done-b (4 steps) derived twice: the second pass reports 7 step_phases rows and one
+    run_summary row per run, each table's rows as its files hold them (read here by pyarrow), every partition
+    one file, and nothing left of the partitions it replaced or of its staging."""
+    for b in (oom_run(), completed_run()):
+        b.write(tmp_path)
+    derive.derive_run_tables(tmp_path, ["oom-a", "done-b"])
+    counts = derive.derive_run_tables(tmp_path, ["oom-a", "done-b"])
+    assert (counts["step_phases"], counts["run_summary"]) == (7, 2)
+    for table in derive.RUN_TABLES:
+        folder = lake.table_dir(tmp_path, table)
+        assert sorted(p.name for p in folder.iterdir()) == [".locks", "run_id=done-b", "run_id=oom-a"], table
+        files = [f for part in folder.glob("run_id=*") for f in part.iterdir()]
+        assert len(files) == 2, table
+        assert sum(pq.ParquetFile(f).metadata.num_rows for f in files) == counts[table], table
