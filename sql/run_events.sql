@@ -1,101 +1,64 @@
 -- Every error and warning line of a run, classified. Bound parameters: $run_ids VARCHAR[].
--- The classification is data: the first pattern (lowest priority) that matches the line wins.
+-- The classification is data (shape_class): the first pattern that matches the line wins.
 -- Lines are matched with their numbers blanked to 0, so a pattern must not depend on digit values.
-with patterns(priority, event_class, pattern) as (
-    values
-        -- wrappers and chain furniture first, so a wrapper that names its cause is not taken for it
-        (10, 'hydra_wrapper', 'Error executing job with overrides|HYDRA_FULL_ERROR'),
-        (11, 'unhandled_ray_error', 'Unhandled error \(suppress with'),
-        (12, 'ray_task_error', 'RayTaskError'),
-        -- Python 3.11's exception groups (an agent loop's task group): their `| `-indented sub-exceptions are the cause
-        (12, 'exception_group', '^[\s|+-]*(Base)?ExceptionGroup\b|Exception Group Traceback'),
-        (13, 'traceback', '^[\s|]*Traceback \(most recent call last\)'),
-        (14, 'traceback_frame', '^[\s|]*File "[^"]*", line \d+'),
-        (15, 'chained_exception', 'During handling of the above exception|The above exception was the direct cause'),
-        -- source lines and carets under a frame, and the tab-indented details of a Ray error
-        (16, 'traceback_code', '^\s{4,}[^\s|]|^[\s|]{4,}\s{4}\S|^\s*\^+\s*$|^\t'),
-        -- specific causes
-        (20, 'host_oom_killed', 'ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|Workers \(tasks / actors\) killed|killed due to memory pressure|Out of memory: Kill(ed)? process|oom-kill|Memory cgroup out of memory'
-                             -- SLURM's cgroup: `Detected 1 oom-kill event(s)`, `State: OUT_OF_MEMORY`
-                             '|cgroup out-of-memory handler|State: OUT_OF_MEMORY'),
-        (21, 'cuda_oom', '(CUDA|HIP|NPU|XPU) out of memory|OutOfMemoryError: CUDA|[Cc][Uu][Dd][Aa] [Ee]rror: out of memory|CUresult error: \d+ \(out of memory\)|torch(\.cuda)?\.OutOfMemoryError'
-                      '|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation'),
-        -- XLA's RESOURCE_EXHAUSTED names memory; gRPC's (a Ray message over its size limit) does not
-        (22, 'device_oom', 'Ran out of memory in memory space hbm|RESOURCE_EXHAUSTED.*([Mm]emory|allocat)|HBM OOM'),
-        (23, 'nccl_timeout', 'Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|NCCL.{0,40}time(d)? ?out|taking the entire process down'),
-        (24, 'nccl_error', 'NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|DistBackendError|ProcessGroupNCCL'),
-        -- torch.distributed's rendezvous failing: the processes never met (a communication failure)
-        (25, 'distributed_init_error', 'TCPStore|\[c\d+d\]|[Rr]endezvous|DistNetworkError|DistStoreError|invalid nonce|nonce == returnedNonce'),
-        -- raylet's notice that a worker process is gone: the driver's ActorDiedError says which task it took
-        -- Ray's system error wrapping an import a worker could not do (unpickling what the driver sent)
-        (28, 'import_error', 'RaySystemError: System error: .*(No module named|cannot import name)'),
-        (29, 'worker_died', 'A worker died or was killed|Worker exit type: SYSTEM_ERROR'),
-        (30, 'actor_died', 'ActorDiedError|RayActorError|WorkerCrashedError|The (actor|worker) died unexpectedly|The actor is dead because|actor died'),
-        (31, 'actor_unavailable', 'ActorUnavailableError|RaySystemError|ObjectLostError|OwnerDiedError'),
-        (34, 'engine_traceback', 'Scheduler hit an exception|EngineCore failed to start|Engine core initialization failed|EngineCore encountered'),
-        (35, 'vllm_engine_error', 'EngineDeadError|No available memory for the cache blocks|maximum number of tokens that can be stored in KV cache|Not enough memory\. Please try to increase --mem-fraction-static|run_headless failed|Error aborting requests|should be less than or equal to max_position_embeddings|AsyncEngineDeadError|vllm\.[\w.]*Error|sglang\.[\w.]*Error'),
-        (36, 'illegal_memory_access', 'an illegal memory access was encountered|CUDA error: device-side assert|CUBLAS_STATUS|cudaErrorLaunchFailure'),
-        (40, 'nan', 'grad_norm is not finite|[Ll]oss (is|became) (nan|NaN|inf)|\b(NaN|nan|inf) (loss|detected)|contains (NaN|nan|inf)|probability tensor contains either|non-finite|FloatingPointError'),
-        (45, 'disk_full', 'No space left on device|Disk quota exceeded'),
-        (46, 'disk_pressure', 'is over \d+% full'),
-        -- stopped on purpose or by a scheduler (the class names the stop_reason)
-        (50, 'keyboard_interrupt', 'KeyboardInterrupt|[Rr]eceived SIGINT|\(SIGINT\)|Signals\.SIGINT'),
-        -- SLURM, PBS's walltime, LSF's run limit
-        (50, 'time_limit', 'DUE TO TIME LIMIT|State: TIMEOUT|[Tt]ime limit (reached|exceeded)|PBS: job killed: walltime|TERM_RUNLIMIT'),
-        (51, 'cancelled', 'CANCELLED AT|DUE TO PREEMPTION|DUE TO JOB REQUEUE|DUE TO NODE FAILURE|State: CANCELLED|[Kk]illed by (the )?scheduler|[Ee]victed'),
-        -- torch elastic's SignalException: run_summary tells SIGINT (2) from SIGTERM (15) by the original text
-        (52, 'sigterm', 'SIGTERM received|[Rr]eceived SIGTERM|Signals\.SIGTERM|got signal: \d|^Terminated\s*$|: line \d+: +\d+ Terminated\b|\(SIGTERM\)'),
-        (53, 'killed_by_signal', 'SIGKILL|SIGSEGV|SIGABRT|SIGBUS|Segmentation fault|Fatal Python error|[Kk]illed by signal|terminate called after throwing'),
-        (55, 'timeout', 'GetTimeoutError|TimeoutError|DeadlineExceeded|timed out|[Tt]imeout expired'),
-        (58, 'import_error', '(ModuleNotFoundError|ImportError)\b|undefined symbol'),
-        -- Hydra refusing the command line's overrides: a config error, printed without a Python exception
-        (59, 'config_error', 'Could not override ''|Key ''[^'']*'' is not in struct|Error merging override|Could not append to config'
-                             '|Missing mandatory value|LexerNoViableAltException|mismatched input ''.*'' expecting'),
-        (60, 'python_exception', '^[\s|]*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?:\([\w.]*\))?(?::|\s*$)'),
-        -- known noise
-        (70, 'ray_metrics_exporter', 'metrics exporter agent|Failed to establish connection to the metrics exporter'),
-        (71, 'kv_cache_preemption', 'is preempted by PreemptionMode'),
-        (72, 'python_warning', 'UserWarning|FutureWarning|DeprecationWarning|RuntimeWarning|ResourceWarning')
-),
-lines as (
+with lines as (
     select
-        * exclude (component),
+        * exclude (component, text),
         -- a container runtime's stamp before everything else (`kubectl logs --timestamps`) hides the Ray prefix
         -- from ingest. Patterns are constants: one built per row is compiled for every row
         coalesce(component, nullif(regexp_extract(
             text, '^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z \(([^\s()=,]+) pid=', 1), '')) as component,
         -- the Ray prefix is already in `component`; match on the message itself, indentation kept
-        regexp_replace(text, '^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?(?:\([^)]*\) ?)?', '') as body
+        regexp_replace(text, '^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?(?:\([^)]*\) ?)?', '') as body,
+        -- the phase an error or warning line, or a line with a hint, sets for the lines after it in its step
+        case when kind in ('error', 'warning') or phase_hint is not null then case
+            -- validation's notice names `recompute_log_prob`, a setting
+            when contains(text, 'test_gen_batch meta info') then 'testing'
+            -- a piece of a hard-wrapped step line names timers (`timing_s/update_actor:31.0`), not work
+            when regexp_matches(text, '[\w/@.-]+:\S+ - [\w/@.-]+:\S+') then null
+            else phase_hint end end as step_hint
     from (
         select
             run_id, file, line_no, kind, component, pid, segment, step, phase_hint, ts, text,
-            -- fatal signals, scheduler stops, Ray's dead-worker notice and Hydra's refusals do not read like
-            -- errors, nor do device allocators' failures. LIKE first: a regex over every line of a big log
-            -- costs seconds
-            (text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
-             or text like '%Terminated%' or text like '%State: %' or text like '%Fatal Python error%'
-             or text like '%terminate called after throwing%' or text like '%Signals.SIG%'
-             or text like '%PBS: job killed%' or text like '%TERM_RUNLIMIT%' or text like '%Could not %override%' or text like '%Could not append%'
-             or text like '%is not in struct%' or text like '%Missing mandatory value%'
-             or text like '%LexerNoViableAlt%' or text like '%mismatched input%' or text like '%out of memory%'
-             or text like '%oom-kill%' or text like '%out-of-memory handler%')
-            and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|: line \d+: +\d+ Terminated\b'
-                                     '|State: (TIMEOUT|CANCELLED|OUT_OF_MEMORY)|oom-kill|out-of-memory handler|Fatal Python error|terminate called after throwing|Signals\.SIG'
-                                     '|PBS: job killed|TERM_RUNLIMIT|Could not override ''|Could not append to config'
-                                     '|is not in struct|Missing mandatory value|LexerNoViableAlt|mismatched input'
-                                     -- an allocator's own message: `cuda error: out of memory at ...cumem_allocator.cpp`
-                                     '|(?i:(cuda|curesult) error:? .*out of memory)') as notable
+            -- an event: an error or warning line, or one of the lines that do not read like errors: fatal
+            -- signals, scheduler stops, Ray's dead-worker notice, Hydra's refusals, device allocators' failures.
+            -- A regex over every line of a big log costs seconds: one alternation of literals that every LIKE
+            -- below implies first (one pass over a line, where each LIKE is another), then the LIKEs and the
+            -- regex on the few lines it keeps
+            case when kind in ('error', 'warning') then true
+                 when regexp_matches(text, 'SIG|CANCELLED AT|A worker died or was killed|Terminated|State: |Fatal Python error'
+                                           '|terminate called after throwing|PBS: job killed|RUNLIMIT|Could not |is not in struct'
+                                           '|Missing mandatory value|LexerNoViableAlt|mismatched input|out of memory|oom-kill'
+                                           '|out-of-memory handler')
+                 then (text like '%*** SIG%' or text like '%CANCELLED AT%' or text like '%A worker died or was killed%'
+                       or text like '%Terminated%' or text like '%State: %' or text like '%Fatal Python error%'
+                       or text like '%terminate called after throwing%' or text like '%Signals.SIG%'
+                       or text like '%PBS: job killed%' or text like '%TERM_RUNLIMIT%' or text like '%Could not %override%'
+                       or text like '%Could not append%' or text like '%is not in struct%' or text like '%Missing mandatory value%'
+                       or text like '%LexerNoViableAlt%' or text like '%mismatched input%' or text like '%out of memory%'
+                       or text like '%oom-kill%' or text like '%out-of-memory handler%')
+                      and regexp_matches(text, '\*\*\* SIG|CANCELLED AT|A worker died or was killed|^Terminated\s*$|: line \d+: +\d+ Terminated\b'
+                                         '|State: (TIMEOUT|CANCELLED|OUT_OF_MEMORY)|oom-kill|out-of-memory handler|Fatal Python error|terminate called after throwing|Signals\.SIG'
+                                         '|PBS: job killed|TERM_RUNLIMIT|Could not override ''|Could not append to config'
+                                         '|is not in struct|Missing mandatory value|LexerNoViableAlt|mismatched input'
+                                         -- an allocator's own message: `cuda error: out of memory at ...cumem_allocator.cpp`
+                                         '|(?i:(cuda|curesult) error:? .*out of memory)')
+                 else false end as event_line
         from log_lines
         where list_contains($run_ids, run_id)
     )
-    where kind in ('error', 'warning') or phase_hint is not null or ts is not null or notable
+    where event_line or phase_hint is not null or ts is not null
 ),
 ordered as (
     select
         *,
         -- a time for every line that never runs backwards within a file, to order lines across files
         max(ts) over (partition by run_id, file order by line_no rows between unbounded preceding and current row)
-            as order_ts
+            as order_ts,
+        -- the phase an error or warning line interrupted: its own hint, else the latest hint earlier in the same step
+        case when kind in ('error', 'warning') or phase_hint is not null then last_value(step_hint ignore nulls) over (
+            partition by run_id, file, segment, step order by line_no rows between unbounded preceding and current row)
+        end as phase
     from lines
 ),
 blocks as (
@@ -140,43 +103,73 @@ engine_blocks as (
                   rows between unbounded preceding and current row) as in_engine
     from blocks
 ),
-events as (
+events as materialized (
+    -- materialized: the shapes and the final select both read it (inlined, each blanked every line's numbers)
     select *, case when in_validate then 'testing' when block_phase = 'old_log_prob' and in_ref then 'ref'
-                   else block_phase end as traceback_phase
+                   else block_phase end as traceback_phase,
+           regexp_replace(body, '[0-9]+', '0', 'g') as shape
     from engine_blocks
-    where kind in ('error', 'warning') or notable
-),
-shapes as (
-    -- one row per line shape (numbers blanked): a pattern that is not a constant is compiled for every
-    -- row it meets, so match the few shapes, not the many lines
-    select distinct regexp_replace(body, '[0-9]+', '0', 'g') as shape from events
+    where event_line
 ),
 shape_class as (
-    select s.shape, arg_min(p.event_class, p.priority) as event_class
-    from shapes as s
-    join patterns as p on regexp_matches(s.shape, p.pattern)
-    group by all
-),
-classified as (
-    select e.run_id, e.file, e.line_no, c.event_class
-    from events as e
-    join shape_class as c on c.shape = regexp_replace(e.body, '[0-9]+', '0', 'g')
-),
-phased as (
-    -- the phase a line interrupted: its own hint, else the latest hint earlier in the same step
-    select
-        run_id, file, line_no,
-        last_value(case
-            -- validation's notice names `recompute_log_prob`, a setting
-            when contains(text, 'test_gen_batch meta info') then 'testing'
-            -- a piece of a hard-wrapped step line names timers (`timing_s/update_actor:31.0`), not work
-            when regexp_matches(text, '[\w/@.-]+:\S+ - [\w/@.-]+:\S+') then null
-            else phase_hint end ignore nulls) over (
-            partition by run_id, file, segment, step order by line_no
-            rows between unbounded preceding and current row
-        ) as phase
-    from lines
-    where kind in ('error', 'warning') or phase_hint is not null
+    -- one row per line shape (numbers blanked): match the few shapes, not the many lines. The patterns are
+    -- constants, in priority order: a pattern read from a table is compiled for every shape it meets
+    select shape, case
+        -- wrappers and chain furniture first, so a wrapper that names its cause is not taken for it
+        when regexp_matches(shape, 'Error executing job with overrides|HYDRA_FULL_ERROR') then 'hydra_wrapper'
+        when regexp_matches(shape, 'Unhandled error \(suppress with') then 'unhandled_ray_error'
+        when regexp_matches(shape, 'RayTaskError') then 'ray_task_error'
+        -- Python 3.11's exception groups (an agent loop's task group): their `| `-indented sub-exceptions are the cause
+        when regexp_matches(shape, '^[\s|+-]*(Base)?ExceptionGroup\b|Exception Group Traceback') then 'exception_group'
+        when regexp_matches(shape, '^[\s|]*Traceback \(most recent call last\)') then 'traceback'
+        when regexp_matches(shape, '^[\s|]*File "[^"]*", line \d+') then 'traceback_frame'
+        when regexp_matches(shape, 'During handling of the above exception|The above exception was the direct cause') then 'chained_exception'
+        -- source lines and carets under a frame, and the tab-indented details of a Ray error
+        when regexp_matches(shape, '^\s{4,}[^\s|]|^[\s|]{4,}\s{4}\S|^\s*\^+\s*$|^\t') then 'traceback_code'
+        -- specific causes
+        when regexp_matches(shape, 'ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|Workers \(tasks / actors\) killed|killed due to memory pressure|Out of memory: Kill(ed)? process|oom-kill|Memory cgroup out of memory'
+                                   -- SLURM's cgroup: `Detected 1 oom-kill event(s)`, `State: OUT_OF_MEMORY`
+                                   '|cgroup out-of-memory handler|State: OUT_OF_MEMORY') then 'host_oom_killed'
+        when regexp_matches(shape, '(CUDA|HIP|NPU|XPU) out of memory|OutOfMemoryError: CUDA|[Cc][Uu][Dd][Aa] [Ee]rror: out of memory|CUresult error: \d+ \(out of memory\)|torch(\.cuda)?\.OutOfMemoryError'
+                                   '|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation') then 'cuda_oom'
+        -- XLA's RESOURCE_EXHAUSTED names memory; gRPC's (a Ray message over its size limit) does not
+        when regexp_matches(shape, 'Ran out of memory in memory space hbm|RESOURCE_EXHAUSTED.*([Mm]emory|allocat)|HBM OOM') then 'device_oom'
+        when regexp_matches(shape, 'Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|NCCL.{0,40}time(d)? ?out|taking the entire process down') then 'nccl_timeout'
+        when regexp_matches(shape, 'NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|DistBackendError|ProcessGroupNCCL') then 'nccl_error'
+        -- torch.distributed's rendezvous failing: the processes never met (a communication failure)
+        when regexp_matches(shape, 'TCPStore|\[c\d+d\]|[Rr]endezvous|DistNetworkError|DistStoreError|invalid nonce|nonce == returnedNonce') then 'distributed_init_error'
+        -- raylet's notice that a worker process is gone: the driver's ActorDiedError says which task it took
+        -- Ray's system error wrapping an import a worker could not do (unpickling what the driver sent)
+        when regexp_matches(shape, 'RaySystemError: System error: .*(No module named|cannot import name)') then 'import_error'
+        when regexp_matches(shape, 'A worker died or was killed|Worker exit type: SYSTEM_ERROR') then 'worker_died'
+        when regexp_matches(shape, 'ActorDiedError|RayActorError|WorkerCrashedError|The (actor|worker) died unexpectedly|The actor is dead because|actor died') then 'actor_died'
+        when regexp_matches(shape, 'ActorUnavailableError|RaySystemError|ObjectLostError|OwnerDiedError') then 'actor_unavailable'
+        when regexp_matches(shape, 'Scheduler hit an exception|EngineCore failed to start|Engine core initialization failed|EngineCore encountered') then 'engine_traceback'
+        when regexp_matches(shape, 'EngineDeadError|No available memory for the cache blocks|maximum number of tokens that can be stored in KV cache|Not enough memory\. Please try to increase --mem-fraction-static|run_headless failed|Error aborting requests|should be less than or equal to max_position_embeddings|AsyncEngineDeadError|vllm\.[\w.]*Error|sglang\.[\w.]*Error') then 'vllm_engine_error'
+        when regexp_matches(shape, 'an illegal memory access was encountered|CUDA error: device-side assert|CUBLAS_STATUS|cudaErrorLaunchFailure') then 'illegal_memory_access'
+        when regexp_matches(shape, 'grad_norm is not finite|[Ll]oss (is|became) (nan|NaN|inf)|\b(NaN|nan|inf) (loss|detected)|contains (NaN|nan|inf)|probability tensor contains either|non-finite|FloatingPointError') then 'nan'
+        when regexp_matches(shape, 'No space left on device|Disk quota exceeded') then 'disk_full'
+        when regexp_matches(shape, 'is over \d+% full') then 'disk_pressure'
+        -- stopped on purpose or by a scheduler (the class names the stop_reason)
+        when regexp_matches(shape, 'KeyboardInterrupt|[Rr]eceived SIGINT|\(SIGINT\)|Signals\.SIGINT') then 'keyboard_interrupt'
+        -- SLURM, PBS's walltime, LSF's run limit
+        when regexp_matches(shape, 'DUE TO TIME LIMIT|State: TIMEOUT|[Tt]ime limit (reached|exceeded)|PBS: job killed: walltime|TERM_RUNLIMIT') then 'time_limit'
+        when regexp_matches(shape, 'CANCELLED AT|DUE TO PREEMPTION|DUE TO JOB REQUEUE|DUE TO NODE FAILURE|State: CANCELLED|[Kk]illed by (the )?scheduler|[Ee]victed') then 'cancelled'
+        -- torch elastic's SignalException: run_summary tells SIGINT (2) from SIGTERM (15) by the original text
+        when regexp_matches(shape, 'SIGTERM received|[Rr]eceived SIGTERM|Signals\.SIGTERM|got signal: \d|^Terminated\s*$|: line \d+: +\d+ Terminated\b|\(SIGTERM\)') then 'sigterm'
+        when regexp_matches(shape, 'SIGKILL|SIGSEGV|SIGABRT|SIGBUS|Segmentation fault|Fatal Python error|[Kk]illed by signal|terminate called after throwing') then 'killed_by_signal'
+        when regexp_matches(shape, 'GetTimeoutError|TimeoutError|DeadlineExceeded|timed out|[Tt]imeout expired') then 'timeout'
+        when regexp_matches(shape, '(ModuleNotFoundError|ImportError)\b|undefined symbol') then 'import_error'
+        -- Hydra refusing the command line's overrides: a config error, printed without a Python exception
+        when regexp_matches(shape, 'Could not override ''|Key ''[^'']*'' is not in struct|Error merging override|Could not append to config'
+                                   '|Missing mandatory value|LexerNoViableAltException|mismatched input ''.*'' expecting') then 'config_error'
+        when regexp_matches(shape, '^[\s|]*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?:\([\w.]*\))?(?::|\s*$)') then 'python_exception'
+        -- known noise
+        when regexp_matches(shape, 'metrics exporter agent|Failed to establish connection to the metrics exporter') then 'ray_metrics_exporter'
+        when regexp_matches(shape, 'is preempted by PreemptionMode') then 'kv_cache_preemption'
+        when regexp_matches(shape, 'UserWarning|FutureWarning|DeprecationWarning|RuntimeWarning|ResourceWarning') then 'python_warning'
+    end as event_class
+    from (select distinct shape from events)
 )
 select
     e.run_id, e.file, e.line_no,
@@ -204,15 +197,14 @@ select
     e.step,
     case
         -- preemption is vLLM making room in the KV cache: it happens while generating
-        when c.event_class = 'kv_cache_preemption' then coalesce(p.phase, 'gen')
-        when e.block > 0 and e.kind = 'error' then coalesce(e.traceback_phase, p.phase)
-        else p.phase
+        when c.event_class = 'kv_cache_preemption' then coalesce(e.phase, 'gen')
+        when e.block > 0 and e.kind = 'error' then coalesce(e.traceback_phase, e.phase)
+        else e.phase
     end as phase,
     case when e.block > 0 and e.kind = 'error' then e.traceback_phase end as traceback_phase,
     e.segment,
     e.ts,
     e.order_ts
 from events as e
-left join classified as c using (run_id, file, line_no)
-left join phased as p using (run_id, file, line_no)
+left join shape_class as c using (shape)
 order by e.run_id, e.file, e.line_no
