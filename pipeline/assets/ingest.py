@@ -59,6 +59,7 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
     per_run: list[tuple] = []
     unchanged: list[str] = []
     reingest = context.run.tags.get(REINGEST_TAG, "").lower() == "true"
+    limits = archive.limits()  # read once: resolving the settings costs milliseconds
     for run_id in run_ids:
         entry = entries.get(run_id)
         if entry is None:
@@ -69,7 +70,7 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
             unchanged.append(run_id)
             continue
         try:
-            result = ingest_run(entry, warehouse.root, archive.limits())
+            result = ingest_run(entry, warehouse.root, limits)
         except Exception as exc:  # one run's failure (a full disk, a bug) must not stop the others
             problems[run_id] = [f"ingest failed: {type(exc).__name__}: {exc}"]
             context.log.error(f"{run_id}: {problems[run_id][0]}")

@@ -170,7 +170,7 @@ def wandb_config(data: bytes, name: str, problems: list[str]) -> dict | None:
         problems.append(f"{name}: larger than {WANDB_CONFIG_MAX_BYTES >> 20} MB: not read as the config")
         return None
     try:
-        doc = yaml.safe_load(data)
+        doc = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's is 10x faster
     except yaml.YAMLError as exc:
         problems.append(f"{name}: W&B config could not be parsed ({type(exc).__name__})")
         return None
