@@ -18,6 +18,7 @@ import json
 import os
 import random
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -194,8 +195,8 @@ def short_runs(warehouse: Path, n_runs: int, prefix: str) -> list[str]:
 
 
 def batch_costs(args: argparse.Namespace, root: Path) -> None:
-    """Wall seconds to render the reports of many short runs with render_run_reports: in this process, and
-    spread over its worker processes (one per core); the load average beside them (a shared machine)."""
+    """Wall and CPU seconds to render the reports of many short runs with render_run_reports: in this process,
+    and spread over its worker processes (one per core); the load average beside them (a shared machine)."""
     for n_runs in args.batch_runs:
         wh = root / f"wh_batch_{n_runs}"
         ids = short_runs(wh, n_runs, "batch")
@@ -203,14 +204,21 @@ def batch_costs(args: argparse.Namespace, root: Path) -> None:
         print(f"run reports of {n_runs} runs of 20-60 steps (wall), load average {os.getloadavg()[0]:.1f}:")
         for label, workers in (("one process", 1), (f"{os.cpu_count()} worker processes", None)):
             saved, batch.MIN_RUNS_FOR_POOL = batch.MIN_RUNS_FOR_POOL, 2  # the pool whatever the batch's size
-            start = time.perf_counter()
+            start, cpu, children = time.perf_counter(), time.process_time(), _children_cpu()
             try:
                 batch.render_run_reports(wh, ids, root / "reports_batch", workers=workers)
             finally:
                 batch.MIN_RUNS_FOR_POOL = saved
             wall = time.perf_counter() - start
-            print(f"  {label:<20} {wall:6.2f} s, {wall / n_runs * 1000:6.1f} ms per report"
-                  f" (load average {os.getloadavg()[0]:.1f})")
+            cpu = time.process_time() - cpu + _children_cpu() - children
+            print(f"  {label:<20} {wall:6.2f} s, {wall / n_runs * 1000:6.1f} ms per report; CPU {cpu:6.2f} s"
+                  f" (workers included) (load average {os.getloadavg()[0]:.1f})")
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's ended children (the pool's workers, once it has shut down)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def chart_costs(args: argparse.Namespace, root: Path) -> None:

@@ -1,10 +1,10 @@
 """Many run reports at once: in this process, or spread over worker processes for a large batch.
 
-The runs' tables are read from the warehouse once per batch, in one statement per table, and held in memory
-while their reports are written (`warehouse.preloaded`); a report then costs its queries on that copy, its
-log lines, the SVG charts and the template. A spawned worker first spends seconds importing the pipeline, so
-processes pay off only for large batches (benchmarks/RESULTS.md, "Report charts": 40 runs are faster in one
-process, 200 faster in two).
+The runs' tables are read from the warehouse once per batch, in one statement per table for all its runs,
+split per run in memory (`run_data.load_runs`); a report then costs its SVG charts and its template, about
+30 ms of CPU in all on the 100-run simulated fleet. A spawned worker first spends about 1.5 CPU-s importing
+the pipeline and opening DuckDB before its first report, so processes pay off only for large batches on
+free cores: on the shared 2 cores one process was faster at 100 and at 200 runs (bench_report --parts batch).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pathlib import Path
 from pipeline.report.render import write_run_report
 from pipeline.report.run_data import load_runs
 
-# Below this many runs, starting worker processes costs more than it saves (measured crossover ~120 runs).
-MIN_RUNS_FOR_POOL = 120
+# Below this many runs, starting worker processes costs more than it saves: two workers' start (2 x 1.5 CPU-s)
+# is the work of 100 reports, and one process was faster for 200 runs on the shared 2 cores.
+MIN_RUNS_FOR_POOL = 300
 # Runs whose tables one process holds in memory at once
 MAX_BATCH = 100
 
