@@ -355,29 +355,27 @@ def _hover(steps: np.ndarray, xs: _Scale, series: list[tuple[str, np.ndarray]], 
         return []
     starts = np.array([a for a, _ in cols])
     ends = np.array([b for _, b in cols])
-    # each series' part of every column's title (None where the column has no value of it)
-    values = [_value_texts(escape(name), np.fmin.reduceat(np.where(np.isfinite(y), y, np.nan), starts).tolist(),
-                           np.fmax.reduceat(np.where(np.isfinite(y), y, np.nan), starts).tolist())
-              for name, y in series]
     half = 0.5 * (float(steps[-1] - steps[0]) / max(len(cols), 1)) if len(steps) > len(cols) else 0.5
     single = ends - starts == 1
     s0, s1 = steps[starts], steps[ends - 1]
     after = np.where(ends < len(steps), steps[np.minimum(ends, len(steps) - 1)], s1)
-    left = np.where(single, xs(s0 - half), xs(s0)).tolist()
-    right_x = np.where(single, xs(s1 + half), xs(after)).tolist()
-    marks = [(first, last, f"anomaly: {escape(str(cls))}") for first, last, cls in episodes]
-    out = []
-    for k, (first_step, last_step, one, x0, x1) in enumerate(zip(s0.tolist(), s1.tolist(), single.tolist(), left,
-                                                                 right_x, strict=True)):
-        x0, x1 = max(x0, LEFT), min(x1, W - right)
-        if x1 <= x0:
-            continue
-        parts = [f"step {first_step:.0f}" if one else f"steps {first_step:.0f}–{last_step:.0f}"]
-        parts += [v[k] for v in values if v[k] is not None]
-        parts += [mark for first, last, mark in marks if first <= last_step and last >= first_step]
-        out.append(f'<rect class="h" x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" height="{H - TOP - BOTTOM}">'
-                   f'<title>{" · ".join(parts)}</title></rect>')
-    return out
+    x0 = np.maximum(np.where(single, xs(s0 - half), xs(s0)), LEFT)
+    x1 = np.minimum(np.where(single, xs(s1 + half), xs(after)), W - right)
+    first, last = s0.tolist(), s1.tolist()
+    heads = [f"step {a:.0f}" if one else f"steps {a:.0f}–{b:.0f}" for a, b, one in zip(first, last, single.tolist(),
+                                                                                          strict=True)]
+    # each series' part of every column's title (None where the column has no value of it)
+    values = [_value_texts(escape(name), np.fmin.reduceat(np.where(np.isfinite(y), y, np.nan), starts).tolist(),
+                           np.fmax.reduceat(np.where(np.isfinite(y), y, np.nan), starts).tolist())
+              for name, y in series]
+    titles = [" · ".join([p for p in parts if p is not None]) for parts in zip(heads, *values, strict=True)]
+    for e_first, e_last, cls in episodes:
+        mark = f" · anomaly: {escape(str(cls))}"
+        titles = [t + mark if e_first <= b and e_last >= a else t for t, a, b in zip(titles, first, last, strict=True)]
+    return [f'<rect class="h" x="{a:.1f}" y="{TOP}" width="{w:.1f}" height="{H - TOP - BOTTOM}">'
+            f"<title>{t}</title></rect>"
+            for a, w, t, shown in zip(x0.tolist(), (x1 - x0).tolist(), titles, (x1 > x0).tolist(), strict=True)
+            if shown]
 
 
 def _value_texts(name: str, lows: list[float], highs: list[float]) -> list[str | None]:
