@@ -11,7 +11,11 @@ DuckDB's `read_csv` of the same lines, each in its own subprocess (wall, CPU, pe
 ratios and the load average. `--real-copies N` adds the real-log fleet of `bench_real.py` (each shared log
 N times, 230 runs for N=10).
 
+`--dagster-in-memory` adds the same analysis recorded in Dagster's in-memory instance instead of the command
+line's SQLite home: what that record costs.
+
 Usage: python benchmarks/bench_fleet.py [--runs 100] [--seed 11] [--real-copies 0] [--repeat 1] [--keep DIR]
+       [--dagster-in-memory]
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from bench_real import build_fleet as build_real_fleet
 
 # the command line of the checkout this script is in (a git worktree too), not the venv's installed one
 VERL_HEALTH = [PY, "-m", "pipeline.cli"]
+# the same analysis recorded in Dagster's in-memory instance: what the command line's SQLite record costs
+ANALYZE_IN_MEMORY = ("import sys; from pipeline.analysis import analyze_archive; "
+                     "analyze_archive(sys.argv[1], sys.argv[2], sys.argv[3])")
 
 
 def simulated_fleet(cache: Path, runs: int, seed: int) -> Path:
@@ -70,9 +77,11 @@ def plain_logs(archive: Path, out: Path) -> list[Path]:
     return written
 
 
-def scenario(name: str, archive: Path, files: list[Path], scratch: Path, again: bool = False) -> dict:
+def scenario(name: str, archive: Path, files: list[Path], scratch: Path, again: bool = False,
+             in_memory: bool = False) -> dict:
     """`analyze` (fresh warehouse and Dagster home), the hand-written parse and DuckDB's read, with ratios;
-    with `again`, `analyze` once more on the same warehouse (a night with every run unchanged)."""
+    with `again`, `analyze` once more on the same warehouse (a night with every run unchanged); with
+    `in_memory`, the same analysis into another fresh warehouse with Dagster's in-memory instance."""
     work = scratch / name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -94,6 +103,13 @@ def scenario(name: str, archive: Path, files: list[Path], scratch: Path, again: 
     if again:
         same = measure(analyze)
         row["analyze again, nothing changed: wall s / CPU s"] = f"{same['wall']:.1f} / {same['cpu']:.1f}"
+    if in_memory:
+        memory = measure([PY, "-c", ANALYZE_IN_MEMORY, str(archive), str(work / "warehouse-in-memory"),
+                          str(work / "reports-in-memory")])
+        row["analyze, Dagster in memory: wall / CPU / RSS"] = (
+            f"{memory['wall']:.1f} / {memory['cpu']:.1f} / {memory['rss_mb']:.0f}")
+        row["the same over hand-written (wall / CPU)"] = (
+            f"{memory['wall'] / hand['wall']:.2f} / {memory['cpu'] / hand['cpu']:.2f}")
     shutil.rmtree(work / "csv", ignore_errors=True)
     return row
 
@@ -107,6 +123,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="measure each scenario this many times")
     ap.add_argument("--again", action="store_true", help="then analyze again with every run unchanged")
     ap.add_argument("--keep", type=Path, help="work folder to keep (warehouse, reports)")
+    ap.add_argument("--dagster-in-memory", action="store_true",
+                    help="also analyze with Dagster's in-memory instance (what the SQLite record costs)")
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     archives = [(f"simulated-{args.runs}", simulated_fleet(args.cache, args.runs, args.seed))]
@@ -117,7 +135,7 @@ def main() -> None:
         for name, archive in archives:
             files = plain_logs(archive, scratch / f"{name}-plain")
             for _ in range(args.repeat):
-                row = scenario(name, archive, files, scratch, args.again)
+                row = scenario(name, archive, files, scratch, args.again, args.dagster_in_memory)
                 print("\n".join(f"{key:40s} {v}" for key, v in row.items()), "\n", flush=True)
     finally:
         if not args.keep:
