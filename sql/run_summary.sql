@@ -40,18 +40,29 @@ lines as not materialized (
     from log_lines
     where list_contains($run_ids, run_id)
 ),
--- the few lines the end-of-run checks below look for, found in one scan of the text (each check reading
--- every line's text again cost ~0.4 s on a 300 MB log)
-marked as materialized (
-    select run_id, file, line_no, segment, text
-    from lines
-    where text like '%Final validation metrics%' or contains(text, 'succeeded') or contains(text, 'State: COMPLETED')
-       or text like '%CPU Efficiency:%' or text like '%local_global_step_folder%' or text like '%epoch %, step %'
+-- every line whose text the checks below read, but the tail's: the step lines, the progress bar's prints and
+-- the few lines the end-of-run checks look for (`marked`), in one scan of the text (each scan of a 300 MB log's
+-- text cost ~0.3 s, each check reading every line's text again ~0.4 s)
+texts as materialized (
+    select run_id, file, line_no, kind, segment, step, text, marked
+    from (
+        select *, text like '%Final validation metrics%' or contains(text, 'succeeded') or contains(text, 'State: COMPLETED')
+                  or text like '%CPU Efficiency:%' or text like '%local_global_step_folder%'
+                  or text like '%epoch %, step %' as marked
+        from lines
+    )
+    where marked or kind = 'step_metrics' or (kind = 'progress' and text like '%Training Progress%')
 ),
-files as (
+marked as (
+    select run_id, file, line_no, segment, text from texts where marked
+),
+step_lines as (
+    select run_id, file, line_no, segment, step, text from texts where kind = 'step_metrics'
+),
+files as materialized (
     -- each file of a run; a logger's side file (a W&B run's config or metadata beside its output.log, W&B's
     -- own debug logs) is no process's log
-    select run_id, file, count(*) as n, max(ts) as last_ts,
+    select run_id, file, count(*) as n, max(ts) as last_ts, max(segment) as last_segment,
            regexp_matches(file, '(^|/)(config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml'
                                 '|logs/debug(-internal)?\.log)$') as side_file
     from lines
@@ -65,14 +76,14 @@ main_file as (
     group by all
 ),
 final_segment as (
-    select run_id, max(segment) as segment, count(*) as n_lines, min(ts) as first_ts, max(ts) as last_ts
-    from lines
+    select run_id, max(last_segment) as segment
+    from files
     group by all
     union all by name
     -- a run of metrics alone (TensorBoard event files, no console log): the last segment of its steps
-    select run_id, max(segment) as segment, 0 as n_lines
+    select run_id, max(segment) as segment
     from step_phases
-    where list_contains($run_ids, run_id) and run_id not in (select run_id from lines)
+    where list_contains($run_ids, run_id) and run_id not in (select run_id from files)
     group by all
 ),
 phases as (
@@ -82,10 +93,9 @@ final_start as (
     -- the step the final segment started from: its first step line in the driver log is the
     -- validation line, which repeats the checkpoint's step
     select l.run_id, min(try_cast(regexp_extract(l.text, 'step:(\d+) - ', 1) as bigint)) as step
-    from lines as l
+    from step_lines as l
     join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
     join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
-    where l.kind = 'step_metrics'
     group by all
 ),
 steps as (
@@ -142,18 +152,17 @@ attempts as (
     -- resumed runs: time of every step attempt, including the ones a resume repeated
     select l.run_id, sum(try_cast(regexp_extract(l.text,
             'timing_s/step"?:\s*(?:np\.float\d+\()?([0-9.eE+-]+)', 1) as double)) as attempted_s
-    from lines as l
+    from step_lines as l
     join run as r using (run_id)
-    where r.n_segments > 1 and l.kind = 'step_metrics'
+    where r.n_segments > 1
     group by all
 ),
 started as (
     -- the driver log's final segment printed a step line (even validation's step:0): start-up was over
     select distinct l.run_id
-    from lines as l
+    from step_lines as l
     join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
     join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
-    where l.kind = 'step_metrics'
 ),
 final_validation as (
     select distinct l.run_id
@@ -183,10 +192,10 @@ bar_updates as (
                list_transform(regexp_extract_all(l.text, '\d+/\d+ \[((?:\d+:)?\d+:\d\d)<', 1),
                               lambda e: list_reduce(list_transform(string_split(e, ':'), lambda x: x::bigint),
                                                lambda a, b: a * 60 + b)) as elapsed
-        from lines as l
+        from texts as l
         join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
         join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
-        where l.kind = 'progress' and l.text like '%Training Progress%'
+        where l.kind = 'progress'
     )
 ),
 bar as (
@@ -244,10 +253,9 @@ progress_point as (
     from run_state as s
     left join (
         select l.run_id, l.step, min(l.line_no) as line_no
-        from lines as l
+        from step_lines as l
         join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
         join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
-        where l.kind = 'step_metrics'
         group by all
     ) as st on st.run_id = s.run_id and st.step = s.last_step
     left join bar as b on b.run_id = s.run_id
@@ -302,6 +310,8 @@ final_attempt as (
     from lines as l
     join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
     join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
+    -- the lines without a time left out before the joins, not after them
+    where l.ts is not null
     group by all
 ),
 after_progress as (
