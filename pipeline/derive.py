@@ -169,7 +169,8 @@ def _empty_parquet(con: duckdb.DuckDBPyConnection, name: str, params: dict, stag
     else:
         schema = con.sql(sql_text(name), params=params).limit(0).to_arrow_table().drop_columns(["run_id"]).schema
     sink = pa.BufferOutputStream()
-    pq.write_table(schema.empty_table(), sink, compression="zstd")
+    # not schema.empty_table(): it imports pandas (0.6 s), for the same bytes
+    pq.write_table(pa.Table.from_batches([], schema=schema), sink, compression="zstd")
     return sink.getvalue().to_pybytes()
 
 

@@ -6,8 +6,10 @@ import json
 import time
 from pathlib import Path
 
+import duckdb
+
 from pipeline import tables
-from pipeline.lake import connect
+from pipeline.lake import connect, table_source
 from pipeline.settings import setting
 
 
@@ -52,23 +54,23 @@ def steps_contiguous(warehouse: str | Path, run_ids: list[str]) -> dict[str, lis
 
 def phase_sums_consistent(warehouse: str | Path, run_ids: list[str], tolerance: float = 0.01) -> dict[str, int]:
     """Runs with steps whose phase shares do not sum to 1 (within `tolerance`), with the count of such steps."""
-    con = connect(warehouse, run_ids=run_ids, only=["step_phases"])
-    if not _has(con, "step_phases"):
+    src = table_source(warehouse, "step_phases", run_ids)
+    if src is None:
         return {}
-    cols = {c for (c,) in con.execute("select column_name from (describe step_phases)").fetchall()}
-    shares = sorted(c for c in cols if c.startswith("share_"))
-    if not shares:
-        return {r: -1 for r in run_ids}
-    total = " + ".join(f"coalesce({c}, 0)" for c in shares)
-    rows = con.execute(
-        f"""
-        select run_id, count(*) from step_phases
-        where run_id in (select unnest($run_ids::varchar[])) and step_time > 0
-          and abs(({total}) - 1) > $tol
-        group by all
-        """,
-        {"run_ids": run_ids, "tol": tolerance},
-    ).fetchall()
+    with duckdb.connect() as con:
+        shares = sorted(c for c in _columns(con, src) if c.startswith("share_"))
+        if not shares:
+            return {r: -1 for r in run_ids}
+        total = " + ".join(f"coalesce({c}, 0)" for c in shares)
+        rows = con.execute(
+            f"""
+            select run_id, count(*) from {src}
+            where run_id in (select unnest($run_ids::varchar[])) and step_time > 0
+              and abs(({total}) - 1) > $tol
+            group by all
+            """,
+            {"run_ids": run_ids, "tol": tolerance},
+        ).fetchall()
     return dict(rows)
 
 
@@ -77,11 +79,16 @@ def contract_violations(warehouse: str | Path, table: str, run_ids: list[str] | 
 
     With `run_ids`, only those runs' partitions are read: the ones just written.
     """
-    con = connect(warehouse, run_ids=run_ids, only=[table])
-    if not _has(con, table):
+    src = table_source(warehouse, table, run_ids)
+    if src is None:
         return [f"table {table} missing"]
-    cols = {c for (c,) in con.execute(f"select column_name from (describe {table})").fetchall()}
-    return sorted(tables.contract(table) - cols)
+    with duckdb.connect() as con:
+        return sorted(tables.contract(table) - _columns(con, src))
+
+
+def _columns(con: duckdb.DuckDBPyConnection, src: str) -> set[str]:
+    """The columns of a `lake.table_source` (binding it reads the footer of each of its files, once)."""
+    return {c for (c, *_) in con.execute(f"describe select * from {src}").fetchall()}
 
 
 def refit_after_days() -> float:
