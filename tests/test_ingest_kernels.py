@@ -104,6 +104,15 @@ def test_strip_ansi_removes_what_the_regex_removes(seed: int) -> None:
     assert _strip_ansi(b"\x1b[0m\n").to_pybytes() == b"\n"
 
 
+def test_colour_codes_that_lost_their_escape_are_removed_beside_real_ones() -> None:
+    """A block holding both real escape sequences and `[0m` remnants loses both; without a remnant `[0m`,
+    bracketed text that looks like a colour code is kept."""
+    mixed = b"[36m(TaskRunner pid=1)[0m step:1 - a:1\n\x1b[33m(raylet)\x1b[0m up\n"
+    assert decode_block(mixed).text.to_pylist() == ["(TaskRunner pid=1) step:1 - a:1", "(raylet) up"]
+    kept = b"\x1b[36m(TaskRunner pid=1)\x1b[0m waited [3m] for [12m]\n"
+    assert decode_block(kept).text.to_pylist() == ["(TaskRunner pid=1) waited [3m] for [12m]"]
+
+
 def test_crlf_is_told_from_tqdm_carriage_returns() -> None:
     assert not _has_crlf(b"10%|#  | 1/10\r20%|## | 2/10\rdone\n")
     assert _has_crlf(b"a\r\n")

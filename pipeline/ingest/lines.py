@@ -7,6 +7,7 @@ counts even without a final `\\n`; an empty file has no lines. Numbering is 1-ba
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from .readers import IngestLimits
 
 ANSI_RE = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]"  # what `_strip_ansi` removes
 ANSI_REMNANT_RE = r"(?:\^\[|\\u001b|\\x1b|\\033)?\[[0-9;]{1,12}m"
+COLOUR_END = re.compile(rb"\[0m")  # what a block with `ANSI_REMNANT_RE` remnants holds
 _CSI_PARAM = np.zeros(256, dtype=bool)
 _CSI_PARAM[np.frombuffer(b"0123456789;?", np.uint8)] = True
 _CSI_INTERMEDIATE = np.zeros(256, dtype=bool)
@@ -235,11 +237,10 @@ def decode_block(raw: bytes, max_line_bytes: int = 2**62) -> Lines:
     Invalid UTF-8 is replaced by U+FFFD, and the lines that needed it are counted. Lines longer than
     `max_line_bytes` are cut to that size. The work runs in Arrow kernels (the GIL is released).
     """
-    big = _big(raw)
     crlf = _has_crlf(raw)
-    if b"\x1b" in raw:
-        big = _big(_strip_ansi(raw))
-    if b"[0m" in raw and pc.any(pc.match_substring(big, b"[0m")).as_py():
+    stripped = _strip_ansi(raw) if b"\x1b" in raw else raw
+    big = _big(stripped)
+    if b"[0m" in raw and COLOUR_END.search(memoryview(stripped)):  # Python's `re` reads the buffer in place
         # colour codes whose ESC a web page or an editor dropped (`[36m(TaskRunner pid=1)[0m`, `^[[36m`)
         big = pc.replace_substring_regex(big, ANSI_REMNANT_RE, b"")
     if crlf:
