@@ -21,6 +21,7 @@ from pipeline.ingest.lines import (
     SCAN_PATTERNS,
     TRACE_FILE_RE,
     _has_crlf,
+    _prefix,
     _strip_ansi,
     classify,
     decode_block,
@@ -62,14 +63,17 @@ def test_split_once_matches_arrow_split(sep: str, last: bool, seed: int) -> None
     assert found.tolist() == [a is not None for a in want_after]
 
 
-def test_split_once_on_chosen_rows() -> None:
-    items = pa.array(["(Worker pid=1) x", "no prefix", "(raylet) y", "(open", "(a) (b)"], pa.string())
-    rows = np.array([0, 2, 3, 4])
-    before, after, found = split_once(items, ")", rows=rows)
-    assert before.to_pylist() == ["(Worker pid=1", "(raylet", "(open", "(a"]
-    assert after.to_pylist() == [" x", " y", None, " (b)"]
-    assert found.tolist() == [True, True, False, True]
-    empty = split_once(items, ")", rows=np.array([], dtype=np.int64))
+def test_ray_prefix_of_the_lines_that_open_one() -> None:
+    """Component and pid from `(Name pid=N, ip=...)` heads, `raylet` for `(raylet)`; a bracket that opens
+    no Ray prefix, or a line without one, gives nulls."""
+    text = pa.array(["(WorkerDict pid=7, ip=10.0.0.1) x", "no prefix", "(raylet) y", "(open", "(a) (b)",
+                     "(pid=3) z", "(TaskRunner pid=12) w"], pa.string())
+    component, pid = _prefix(text)
+    assert component.to_pylist() == ["WorkerDict", None, "raylet", None, None, "pid", "TaskRunner"]
+    assert pid.to_pylist() == [7, None, None, None, None, 3, 12]
+    assert [c.to_pylist() for c in _prefix(text.slice(2, 1))] == [["raylet"], [None]]
+    assert [c.to_pylist() for c in _prefix(text.slice(1, 1))] == [[None], [None]]
+    empty = split_once(pa.array([], pa.string()), ")")
     assert empty[0].to_pylist() == [] and empty[2].tolist() == []
 
 

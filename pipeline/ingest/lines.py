@@ -453,10 +453,9 @@ def _mark_trace_code_lines(text: pa.StringArray, kind: np.ndarray, file_lines: n
 
 
 def split_once(
-    items: pa.StringArray, sep: str, last: bool = False, rows: np.ndarray | None = None
+    items: pa.StringArray, sep: str, last: bool = False
 ) -> tuple[pa.StringArray, pa.StringArray, np.ndarray]:
-    """Items `rows` (ascending; all if None) cut at their first (or last) `sep`, an ASCII character:
-    (before, after, found).
+    """Items cut at their first (or last) `sep`, an ASCII character: (before, after, found).
 
     Where `sep` is absent, before is the whole item and after is null; a null item gives nulls. The same
     as Arrow's `split_pattern(max_splits=1)` then elements 0 and 1, but the last cut is found with numpy
@@ -466,10 +465,8 @@ def split_once(
     valid = _mask(pc.is_valid(items)) if items.null_count else np.ones(len(items), dtype=bool)
     if not valid.all():
         items = pc.fill_null(items, "")
-    rows = np.arange(len(items)) if rows is None else rows
-    valid = valid[rows]
     offsets = np.frombuffer(items.buffers()[1], dtype=np.int32)[items.offset : items.offset + len(items) + 1]
-    begin, end = offsets[rows].astype(np.int64), offsets[rows + 1].astype(np.int64)
+    begin, end = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
     lo = int(offsets[0])
     if last:
         data = np.frombuffer(items.buffers()[2], dtype=np.uint8)
@@ -478,13 +475,13 @@ def split_once(
         cut = hits[np.maximum(k, 0)] if len(hits) else end
         found = (k >= 0) & (cut >= begin)
     else:  # Arrow's search stops at the first hit: cheaper than scanning every byte
-        at = pc.find_substring(items, sep).to_numpy(zero_copy_only=False)[rows]
+        at = pc.find_substring(items, sep).to_numpy(zero_copy_only=False)
         found = at >= 0
         cut = begin + at
     cut = np.where(found, cut, end)
-    # each row becomes four pieces: before [begin, cut), the separator, after [cut + found, end), and
-    # the gap up to the next row's begin
-    m = len(rows)
+    # each item becomes four pieces: before [begin, cut), the separator, after [cut + found, end), and
+    # the gap up to the next item's begin (none)
+    m = len(items)
     pieces = np.empty(4 * m + 1, dtype=np.int32)
     pieces[0:-1:4], pieces[1::4], pieces[2::4], pieces[3::4] = begin, cut, cut + found, end
     pieces[-1] = end[-1] if m else lo
@@ -498,8 +495,10 @@ def split_once(
 def _prefix(text: pa.StringArray) -> tuple[pa.Array, pa.Array]:
     """Component and pid of the Ray prefix; parsed once per distinct `(...)` head (a run has few)."""
     n = len(text)
-    opened = np.flatnonzero(_mask(pc.starts_with(text, "(")))
-    heads, _, closed = split_once(text, ")", rows=opened)
+    starts = _mask(pc.starts_with(text, "("))
+    opened = np.flatnonzero(starts)
+    # a copy of the opened lines is searched faster than the block: the others would be read to their end
+    heads, _, closed = split_once(text if len(opened) == n else text.filter(pa.array(starts)), ")")
     has = opened[closed]
     if len(has) == 0:
         return pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
