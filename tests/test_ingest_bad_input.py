@@ -96,7 +96,7 @@ def test_binary_garbage_kept_with_replacement_characters(tmp_path):
     data = os.urandom(300_000)
     run = ingest_text(tmp_path, data, name="run-bin.log")
     expected = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-    assert len(run.lines) == expected == run.run["n_lines"]
+    assert len(run.lines) == expected == run.run["n_lines"] == run.run["n_lines_read"]
     assert run.run["n_undecodable_lines"] > 0
     assert any("\ufffd" in ln["text"] for ln in run.lines)
     assert "not valid UTF-8" in _problems(run)
@@ -126,6 +126,7 @@ def test_over_long_line_truncated_not_lost(tmp_path):
         tmp_path, data, name="run-l.log", limits=IngestLimits(max_line_bytes=1000, block_bytes=512)
     )
     assert [len(ln["text"]) for ln in run.lines] == [1000, 12, 1000]
+    assert run.run["n_lines_read"] == 3  # two newlines, and a last line without one
     assert values(run) == {(1, "a"): 1.0}
     assert "truncated" in _problems(run)
 
