@@ -17,10 +17,11 @@ with params as (
         40 as max_answer_chars           -- a ground truth short enough to look for in the response
 ),
 candidate as (
-    -- the lines that open a field; a cheap substring test first, the pattern only on what passes
+    -- the lines that open a field; cheap substring tests first (a tag's `] `, and the tag opening the line or
+    -- following the Ray prefix), the pattern only on what passes
     select run_id, file, line_no, pid, kind, text
     from log_lines
-    where list_contains($run_ids, run_id) and contains(text, '] ')
+    where list_contains($run_ids, run_id) and contains(text, '] ') and (starts_with(text, '[') or contains(text, ') ['))
       and regexp_matches(text, '(^|\) )\[(prompt|response|ground_truth|score|acc|pred)\] ')
 ),
 tagged as (

@@ -51,6 +51,17 @@ SMALL_LOG = "\n".join([
     # the log ends mid-print: a prompt with no response is no sample
     R + "[prompt] user", R + "What is 1+1?",
 ]) + "\n"
+# The same printouts from a driver run without Ray: no prefix on any line (the worker's line left out, since
+# without a pid it would be the driver's own)
+PLAIN_LOG = "".join(line[len(R):] + "\n" for line in SMALL_LOG.splitlines() if line.startswith(R))
+SMALL_LOG_PICKS = [
+    (1, 0.0, ["repetition"], ["best", "cue"]),
+    (1, 0.0, ["empty_answer"], ["worst", "cue"]),
+    (2, 1.0, ["reward_without_answer"], ["best", "cue"]),
+    (2, 0.0, ["answer_without_reward"], ["worst", "cue"]),
+    (3, 1.0, [], ["best"]),
+    (3, 0.0, ["cut_at_max_length"], ["worst", "cue"]),
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +75,7 @@ def warehouse(tmp_path_factory) -> Path:
     for name in (LOG_08, LOG_20):
         shutil.copy2(REAL / name, archive / name)
     (archive / "small_samples.log").write_text(SMALL_LOG)
+    (archive / "plain_samples.log").write_text(PLAIN_LOG)
     wh = root / "warehouse"
     found = discover_runs(archive, quiet_period_s=0, now=time.time() + 10**7)
     for entry in found.entries:
@@ -85,14 +97,7 @@ def _rows(wh: Path, run_id_like: str) -> list[dict]:
 def test_hand_written_log_samples_and_cues(warehouse):
     rows = _rows(warehouse, "small_samples%")
     got = [(r["step"], r["score"], list(r["cues"]), list(r["picked_for"])) for r in rows]
-    assert got == [
-        (1, 0.0, ["repetition"], ["best", "cue"]),
-        (1, 0.0, ["empty_answer"], ["worst", "cue"]),
-        (2, 1.0, ["reward_without_answer"], ["best", "cue"]),
-        (2, 0.0, ["answer_without_reward"], ["worst", "cue"]),
-        (3, 1.0, [], ["best"]),
-        (3, 0.0, ["cut_at_max_length"], ["worst", "cue"]),
-    ]
+    assert got == SMALL_LOG_PICKS
     # eight complete printouts; step 3's unremarkable 0.5 and countdown's second 1.0 are not kept, the
     # cut-off prompt is none
     assert {r["run_samples"] for r in rows} == {8}
@@ -101,6 +106,14 @@ def test_hand_written_log_samples_and_cues(warehouse):
     assert first["prompt"] == "user\nWhat is 6*7?" and first["ground_truth"] == "42"
     assert first["response_chars"] == len(first["response"])
     assert rows[3]["response"] == "6*7 = 42\n#### 42<|im_end|>"
+
+
+def test_samples_printed_without_a_ray_prefix(warehouse):
+    """A tag opening the line is a field as much as one after the Ray prefix."""
+    rows = _rows(warehouse, "plain_samples%")
+    assert [(r["step"], r["score"], list(r["cues"]), list(r["picked_for"])) for r in rows] == SMALL_LOG_PICKS
+    assert {r["run_samples"] for r in rows} == {8}
+    assert rows[0]["response"] == "\n".join(["The answer is the answer is the answer.", *[REPEATED] * 4, "<|im_end|>"])
 
 
 def test_real_log_sample_read_from_its_text(warehouse):
