@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.detect import (
@@ -24,6 +26,9 @@ from pipeline.detect import (
     score_frame,
     score_runs,
 )
+from pipeline.detect.features import run_rolling
+from pipeline.detect.levels import group_bounds
+from pipeline.detect.warehouse import read_table
 from pipeline.lake import connect, write_run_table
 from pipeline.quality import model_age_days
 from pipeline.simulate.vocab import ANOMALY_CLASSES, FAILURE_CLASSES
@@ -175,9 +180,46 @@ def test_fit_and_score_through_the_warehouse(tmp_path):
     assert rows.loc[~rows.is_anomaly, "episode_id"].isna().all()
     assert rows.loc[rows.is_anomaly, "rule_hits"].map(len).sum() > 0
 
-    # rescoring replaces the partition instead of appending
-    score_runs(tmp_path, ["run-2"])
-    assert connect(tmp_path).execute("select count(*) from step_anomalies where run_id = 'run-2'").fetchone()[0] == 80
+    # rescoring replaces the partition instead of appending; a run without a step gets an empty partition
+    score_runs(tmp_path, ["run-2", "run-9"])
+    counts = dict(connect(tmp_path).execute("select run_id, count(*) from step_anomalies group by run_id").fetchall())
+    assert counts == {"run-2": 80, "run-3": 80}
+    folder = tmp_path / "step_anomalies"
+    assert sorted(p.name for p in folder.iterdir() if p.name != ".locks") == ["run_id=run-2", "run_id=run-3",
+                                                                             "run_id=run-9"]
+    assert [p.name for p in (folder / "run_id=run-9").iterdir()] == ["part-0.parquet"]
+    assert pq.read_table(folder / "run_id=run-9" / "part-0.parquet").num_rows == 0
+
+
+def test_no_model_is_fitted_on_a_warehouse_without_steps(tmp_path):
+    assert fit_anomaly_model(tmp_path) is None
+    phases, _ = make_run()  # a run that died before its first step: an empty partition
+    write_run_table(tmp_path, "step_phases", "run-0", pa.Table.from_pandas(phases.iloc[:0].drop(columns="run_id"),
+                                                                            preserve_index=False))
+    assert fit_anomaly_model(tmp_path) is None
+    assert load_model(tmp_path) is None and not (tmp_path / "models").exists()
+
+
+def test_the_warehouse_is_read_without_list_and_map_columns(tmp_path):
+    health = pd.DataFrame({"step": [1, 2], "grad_norm": [0.5, 0.25], "nan_keys": [["actor/pg_loss"], []],
+                           "verl_values": [[("actor/entropy", 1.5)], []]})
+    types = pa.schema([("step", pa.int64()), ("grad_norm", pa.float64()), ("nan_keys", pa.list_(pa.string())),
+                       ("verl_values", pa.map_(pa.string(), pa.float64()))])
+    write_run_table(tmp_path, "step_health", "run-0", pa.Table.from_pandas(health, schema=types, preserve_index=False))
+    with duckdb.connect() as con:
+        read = read_table(con, tmp_path, "step_health", ["run-0"])
+        assert read_table(con, tmp_path, "step_health", ["run-1"]).empty
+    assert sorted(read.columns) == ["grad_norm", "run_id", "step"]
+    assert read["run_id"].tolist() == ["run-0", "run-0"] and read["grad_norm"].tolist() == [0.5, 0.25]
+
+
+def test_rolling_windows_stop_at_the_edges_of_each_run():
+    values = pd.DataFrame({"x": [1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 40.0]})
+    bounds = group_bounds(np.array(["a", "a", "a", "b", "b", "b", "b"]))
+    trailing = run_rolling(values, bounds, 3, 1).median()["x"].tolist()
+    assert trailing == [1.0, 1.5, 2.0, 10.0, 15.0, 20.0, 30.0]
+    centred = run_rolling(values, bounds, 3, 2, center=True).median()["x"].tolist()
+    assert centred == [1.5, 2.0, 2.5, 15.0, 20.0, 30.0, 35.0]
 
 
 def test_score_runs_without_a_model_uses_the_rules(tmp_path, caplog):

@@ -9,9 +9,17 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from pipeline.detect import AnomalyModelConfig, build_features, decide, fit_model, score_frame
+from pipeline.detect import (
+    AnomalyModelConfig,
+    apply_rules,
+    build_features,
+    decide,
+    fit_model,
+    load_rules,
+    score_frame,
+)
 from pipeline.detect.drivers import peak_drivers, signal_arrays
-from pipeline.detect.model import FittedModel, model_matrix
+from pipeline.detect.model import FittedModel, judged_steps, model_matrix
 from pipeline.detect.warehouse import fit_anomaly_model, score_runs
 from pipeline.lake import connect, write_run_table
 from tests.detect_runs import extra_signals, make_run, to_metrics
@@ -229,6 +237,19 @@ def test_a_fleet_without_signals_to_judge_leaves_the_rules_alone():
     result = decide(features, model)
     assert result["score"].isna().all()
     assert result.loc[result["step"].between(40, 44), "is_anomaly"].all()
+
+
+def test_the_gate_is_passed_by_the_contamination_share_of_the_ordinary_steps(fitted):
+    model, phases, health, metrics = fitted
+    features = build_features(phases, health, metrics=metrics)
+    hits, _ = apply_rules(features, load_rules())
+    ordinary = features[judged_steps(features) & ~hits.to_numpy().any(axis=1)]
+    scores = model.scores(ordinary)
+    assert len(ordinary) > 1000 and abs((scores > model.gate).mean() - 0.1) < 0.002
+    assert model.typical_score == pytest.approx(np.median(scores))
+    # the forest's own outlier call is the gate's
+    outlier = model.forest.predict(model_matrix(ordinary, model.features, model.floor)) == -1
+    assert np.array_equal(outlier, scores > model.gate)
 
 
 def test_model_input_counts_only_excess_deviation():

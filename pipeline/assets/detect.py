@@ -1,6 +1,5 @@
 """Detect layer: the fleet-fitted model of normal steps (an isolation forest) and the per-run anomalous steps."""
 
-import duckdb
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -17,7 +16,7 @@ from pydantic import Field
 
 from pipeline import tables
 from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
-from pipeline.lake import table_dir, table_source
+from pipeline.lake import table_dir
 from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, model_age_days, model_refit_due, refit_after_days
 from pipeline.resources import WarehouseResource
@@ -38,23 +37,11 @@ class AnomalyModelSettings(Config):
 NO_STEPS = "no model fitted: the warehouse has no training step to fit on; steps are scored by the rules alone"
 
 
-def fleet_steps(root) -> int:
-    """How many steps the warehouse's step_phases holds (0 when it has no partition)."""
-    source = table_source(root, "step_phases")
-    if source is None:
-        return 0
-    with duckdb.connect() as con:
-        return con.execute(f"select count(*) from {source}").fetchone()[0]
-
-
 @asset(name=tables.MODEL, deps=tables.MODEL_READS, group_name="detect")
 def anomaly_model(context: AssetExecutionContext, config: AnomalyModelSettings, warehouse: WarehouseResource):
     """Isolation forest fitted on the fleet's ordinary steps, over a summary of every signal each run logged;
     saved with its settings, gate and training range. A fleet without a step (runs that died before their
     first) has nothing to fit: no model, said so, and the next analysis with steps fits it."""
-    if not fleet_steps(warehouse.root):
-        context.log.warning(NO_STEPS)
-        return MaterializeResult(metadata={"fitted": False, "reason": NO_STEPS})
     info = fit_anomaly_model(
         warehouse.root,
         AnomalyModelConfig(
@@ -64,6 +51,9 @@ def anomaly_model(context: AssetExecutionContext, config: AnomalyModelSettings, 
             random_state=config.random_state,
         ),
     )
+    if info is None:
+        context.log.warning(NO_STEPS)
+        return MaterializeResult(metadata={"fitted": False, "reason": NO_STEPS})
     context.log.info(f"fitted on {info.n_steps} steps of {info.n_runs} runs")
     return MaterializeResult(
         metadata={

@@ -4,13 +4,15 @@ A run's baseline at a step is the least-squares line through the nearest clean s
 sides (the step itself excluded), or the mean of the clean steps before it, whichever says the
 step is further off; "clean" excludes steps found anomalous in an earlier pass. z-scores are in
 units of the run's noise, estimated from step-to-step differences. All of it is vectorised over
-the whole fleet: numpy cumulative sums and one pandas rolling median, no per-step Python.
+the whole fleet: numpy cumulative sums and pandas rolling medians over windows cut at the runs'
+edges (`RunWindows`), no per-step or per-run Python.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from pandas.api.indexers import BaseIndexer
 
 from pipeline.detect.levels import HALF_WINDOW, MIN_PERIODS, centred_median3, group_bounds, local_level
 from pipeline.detect.signals import signal_summary
@@ -142,7 +144,25 @@ def _transform(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, pd.Series]]:
     return pd.DataFrame(out, index=df.index), typicals
 
 
-def _noise_scale(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
+class RunWindows(BaseIndexer):
+    """Rolling windows from `before` rows before each row to `after` rows after it, cut at the edges of
+    the row's run (`g0`, `g1`: levels.group_bounds; rows grouped by run): the bounds a groupby-rolling
+    computes run by run in Python, as one array, so one pass of the rolling kernel does every run."""
+
+    def get_window_bounds(self, num_values=0, min_periods=None, center=None, closed=None, step=None):
+        """Start and end (exclusive) of each row's window."""
+        i = np.arange(num_values, dtype=np.int64)
+        return np.maximum(i - self.before, self.g0), np.minimum(i + self.after + 1, self.g1)
+
+
+def run_rolling(frame, bounds: tuple[np.ndarray, np.ndarray], window: int, min_periods: int, center: bool = False):
+    """`frame.groupby(run).rolling(window, min_periods, center)` in the frame's own row order, in one pass."""
+    after = (window - 1) // 2 if center else 0
+    g0, g1 = (np.asarray(b, dtype=np.int64) for b in bounds)
+    return frame.rolling(RunWindows(g0=g0, g1=g1, before=window - 1 - after, after=after), min_periods=min_periods)
+
+
+def _noise_scale(values: pd.DataFrame, runs: pd.Series, bounds: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
     """Noise level per run and channel from step-to-step differences, floored by SCALE_FLOOR.
 
     Differences barely see level shifts and slow trends, so even a run that is half anomalous
@@ -162,19 +182,17 @@ def _noise_scale(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
     spread = np.fmax(mid, tail) / np.sqrt(2)
     spiky = [c for c in values.columns if c in SPIKY]
     if spiky:
-        local = diff[spiky].where(diff[spiky] > 1e-12).groupby(runs, sort=False).rolling(
-            LOCAL_NOISE_WINDOW, center=True, min_periods=LOCAL_NOISE_MIN).median()
-        local = local.reset_index(level=0, drop=True).reindex(values.index) * 1.4826 / np.sqrt(2)
+        local = run_rolling(diff[spiky].where(diff[spiky] > 1e-12), bounds, LOCAL_NOISE_WINDOW, LOCAL_NOISE_MIN,
+                            center=True).median() * 1.4826 / np.sqrt(2)
         spread[spiky] = np.fmax(spread[spiky], local)
     floor = pd.Series({c: SCALE_FLOOR[c] for c in values.columns})
     return spread.clip(lower=floor, axis=1).fillna(floor)
 
 
-def _trailing_median(values: pd.DataFrame, runs: pd.Series) -> pd.DataFrame:
+def _trailing_median(values: pd.DataFrame, bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Median of the HALF_WINDOW rows before each row of the same run (NaN with fewer than MIN_PERIODS)."""
-    rolled = values.groupby(runs, sort=False).rolling(HALF_WINDOW, min_periods=MIN_PERIODS).median()
-    rolled = rolled.reset_index(level=0, drop=True).reindex(values.index)
-    return rolled.groupby(runs, sort=False).shift(1)
+    rolled = run_rolling(values, bounds, HALF_WINDOW, MIN_PERIODS).median().shift(1).to_numpy()
+    return np.where((np.arange(len(values)) == bounds[0])[:, None], np.nan, rolled)
 
 
 def _run_line(x: np.ndarray, clean: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
@@ -201,13 +219,13 @@ def _baseline(values: pd.DataFrame, runs: pd.Series):
     """
     names = list(values.columns)
     x = values.to_numpy(dtype=float)
-    scale = _noise_scale(values, runs).to_numpy()
-    before = _trailing_median(values, runs).to_numpy()
+    g0, g1 = group_bounds(runs)
+    scale = _noise_scale(values, runs, (g0, g1)).to_numpy()
+    before = _trailing_median(values, (g0, g1))
     finite = np.isfinite(x)
     with np.errstate(invalid="ignore"):
         # the past is the reference: a run's first steps are not judged by what comes after them
         mask = np.abs(x - before) > MASK_Z * scale
-    g0, g1 = group_bounds(runs)
     falling = np.array([c in FALLING for c in names])
     shift = np.array([SHIFT[c] for c in names])
     position = np.arange(len(x)) - g0
@@ -341,8 +359,7 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None,
                 mem_fraction = mem_fraction.fillna(df[used] / df["mem_total_gb"])
     out["mem_fraction"] = mem_fraction
     loss = df["pg_loss"].astype(float).abs() if "pg_loss" in df else pd.Series(np.nan, index=df.index)
-    loss_smooth = loss.groupby(runs, sort=False).rolling(3, min_periods=1).mean().reset_index(level=0, drop=True)
-    loss_smooth = loss_smooth.sort_index()
+    loss_smooth = run_rolling(loss, group_bounds(runs), 3, 1).mean()
     out["pg_loss_jump10"] = loss_smooth / loss_smooth.groupby(runs, sort=False).shift(10)
     reward = _reward_column(df)
     reward_base = base["reward_mean"]

@@ -112,11 +112,15 @@ def fit_model(features: pd.DataFrame, config: AnomalyModelConfig | None = None,
         x = x[np.random.default_rng(config.random_state).choice(len(x), FIT_SAMPLE, replace=False)]
     floor = np.median(x, axis=0)
     x = np.maximum(x, floor)
+    # fitted as "auto", which leaves the training steps unscored: with a share, sklearn's fit scores them
+    # for its offset and the typical score needs them again; scored once here, the offset set as sklearn sets it
     forest = IsolationForest(
         n_estimators=config.n_estimators,
-        contamination=config.contamination,
+        contamination="auto",
         max_samples=min(config.max_samples, len(x)),
         random_state=config.random_state,
     ).fit(x)
-    scores = -forest.score_samples(x)
-    return FittedModel(forest, MODEL_FEATURES, floor, float(-forest.offset_), float(np.median(scores)), th)
+    scores = forest.score_samples(x)
+    forest.set_params(contamination=config.contamination)
+    forest.offset_ = np.percentile(scores, 100.0 * config.contamination)
+    return FittedModel(forest, MODEL_FEATURES, floor, float(-forest.offset_), float(np.median(-scores)), th)

@@ -12,6 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 
 from pipeline.detect.warehouse import read_metrics, read_table
@@ -40,7 +41,6 @@ def load_healthy(folder: str | Path = DEFAULT_DIR) -> RealLogs | None:
     """Ingest and derive the healthy real logs of `folder`; None when the folder or its labels are missing."""
     from pipeline.derive import derive_run_tables
     from pipeline.ingest import discover_runs, ingest_run
-    from pipeline.lake import connect
 
     folder = Path(folder)
     if not (folder / "LABELS.jsonl").is_file():
@@ -56,8 +56,8 @@ def load_healthy(folder: str | Path = DEFAULT_DIR) -> RealLogs | None:
             ingest_run(entry, warehouse)
             ids.append(entry.run_id)
         derive_run_tables(warehouse, ids)
-        con = connect(warehouse)
-        phases, health = read_table(con, "step_phases", ids), read_table(con, "step_health", ids)
-        metrics = read_metrics(con, ids)
-        con.close()
+        with duckdb.connect() as con:
+            phases = read_table(con, warehouse, "step_phases", ids)
+            health = read_table(con, warehouse, "step_health", ids)
+            metrics = read_metrics(con, warehouse, ids)
     return RealLogs(phases, health, metrics if metrics is not None else pd.DataFrame(), [f.name for f in files])
