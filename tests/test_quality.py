@@ -36,6 +36,27 @@ def test_contract_is_checked_on_the_runs_asked_about(tmp_path):
     assert contract_violations(tmp_path, "step_metrics", ["run-b"]) == []
 
 
+def test_contract_of_a_table_without_the_runs_asked_about_names_it_missing(tmp_path):
+    """No step_health at all, then step_health of run-b only: asked about run-a, the table is missing both times."""
+    assert contract_violations(tmp_path, "step_health", ["run-a"]) == ["table step_health missing"]
+    lake.write_run_table(tmp_path, "step_health", "run-b", pa.table({"step": [1]}))
+    assert contract_violations(tmp_path, "step_health", ["run-a"]) == ["table step_health missing"]
+
+
+def test_phase_sums_count_the_timed_steps_that_do_not_add_up(tmp_path):
+    """run-a: step 1 sums to 1.0, step 2 to 1.5, step 3 to 1.5 but took no time; run-b: 0.5 on its one step.
+    Only the timed steps off by more than 0.01 count: run-a 1, run-b 1."""
+    lake.write_run_table(tmp_path, "step_phases", "run-a", pa.table({
+        "step": [1, 2, 3], "step_time": [2.0, 2.0, 0.0],
+        "share_gen": [0.6, 1.0, 1.0], "share_update_actor": [0.4, 0.5, 0.5]}))
+    lake.write_run_table(tmp_path, "step_phases", "run-b", pa.table({
+        "step": [1], "step_time": [1.0], "share_gen": [0.5], "share_update_actor": [None]},
+        schema=pa.schema([("step", pa.int64()), ("step_time", pa.float64()), ("share_gen", pa.float64()),
+                          ("share_update_actor", pa.float64())])))
+    assert phase_sums_consistent(tmp_path, ["run-a", "run-b"]) == {"run-a": 1, "run-b": 1}
+    assert phase_sums_consistent(tmp_path, ["run-b"]) == {"run-b": 1}
+
+
 def test_model_age_from_the_fit_or_else_the_file(tmp_path):
     """The age is counted from `fitted_at_unix` to the time given; an older model file without it counts
     from the file's modification time."""
