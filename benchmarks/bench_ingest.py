@@ -11,7 +11,11 @@ Then measures, each in its own subprocess (wall time, CPU time, peak RSS):
 - `wc -l` and DuckDB `read_csv` of the lines (raw read speed), DuckDB streaming the lines into Parquet,
   and DuckDB classifying them in SQL with our regexes (`duckdb_reference.py`).
 
+With `--small-runs ARCHIVE`, only the ingest of every run of an existing archive is measured, per run
+(a fleet of small runs costs per run and per file, not per byte).
+
 Usage: python benchmarks/bench_ingest.py [--cache DIR] [--total-gb 2] [--big-gb 1] [--baseline-mb 300]
+       python benchmarks/bench_ingest.py --small-runs ARCHIVE
 """
 
 from __future__ import annotations
@@ -156,6 +160,18 @@ for e in discover_runs(root, quiet_period_s=0).entries:
         lines += r.n_lines
 print(lines)
 """
+# the ingest loop alone (imports and discovery left out): what a fleet of small runs costs per run
+SMALL_RUNS = """
+import sys, time
+from pipeline.ingest import discover_runs, ingest_run
+entries = discover_runs(sys.argv[1], quiet_period_s=0).entries
+wall, cpu = time.perf_counter(), time.process_time()
+lines = size = 0
+for e in entries:
+    r = ingest_run(e, sys.argv[2])
+    lines, size = lines + r.n_lines, size + r.n_bytes
+print(len(entries), lines, size, time.perf_counter() - wall, time.process_time() - cpu)
+"""
 DUCKDB_TOOLS = [
     ("read", "DuckDB read_csv (lines)"),
     ("copy", "DuckDB lines -> Parquet (zstd)"),
@@ -238,13 +254,32 @@ def run_scenario(
     return rows
 
 
+def small_runs_scenario(archive: Path, scratch: Path) -> None:
+    """Ingest every run of `archive` (folders, .tar.gz, .log.gz as they are); print the cost per run."""
+    m = measure([PY, "-c", SMALL_RUNS, str(archive), str(scratch / "wh-small")])
+    n_runs, n_lines, n_bytes, wall, cpu = m["out"].split()
+    n_runs, wall, cpu = int(n_runs), float(wall), float(cpu)
+    print(f"\n### Many small runs: {archive}\n")
+    print("| runs | lines | MB | ingest wall s | ingest CPU s | ms per run (wall) | ms per run (CPU) | peak RSS MB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"| {n_runs} | {int(n_lines):,} | {int(n_bytes) / 1e6:.1f} | {wall:.2f} | {cpu:.2f} | "
+          f"{1000 * wall / n_runs:.0f} | {1000 * cpu / n_runs:.0f} | {m['rss_mb']:.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "verl-health-bench")
     parser.add_argument("--total-gb", type=float, default=2.0)
     parser.add_argument("--big-gb", type=float, default=1.0)
     parser.add_argument("--baseline-mb", type=float, default=300.0)
+    parser.add_argument("--small-runs", type=Path, metavar="ARCHIVE",
+                        help="only measure the ingest of every run of ARCHIVE (e.g. `verl-health simulate "
+                             "--runs 100 --seed 11`'s), per run")
     args = parser.parse_args()
+    if args.small_runs:
+        with tempfile.TemporaryDirectory() as scratch:
+            small_runs_scenario(args.small_runs, Path(scratch))
+        return
     args.cache.mkdir(parents=True, exist_ok=True)
     archive = build_fleet(args.cache, args.total_gb, args.big_gb)
     sizes = json.loads((archive / "manifest.json").read_text())
