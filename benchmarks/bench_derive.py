@@ -3,24 +3,36 @@
 Simulates the fleet, ingests every run (timed), derives every table in one call each (timed), scores
 run_summary against labels.json, and prints a side-by-side table.
 Usage: python benchmarks/bench_derive.py [--runs 1000] [--seed 7] [--keep DIR]
+
+`--warehouse W --baseline REV` instead times the derive code of git revision REV side by side with this
+working tree's, on copies of the analysed warehouse W (every run of it), in alternating subprocesses:
+`--mode assets` each derive asset's body as pipeline/assets/derive.py runs it (a table's derive call, its
+contract check, step_phases' phase-sum check; a fleet table's catalog refresh), `--mode batch`
+derive_run_tables and derive_fleet_tables. It prints the median wall and CPU seconds (DuckDB's threads
+included) per step and the load average, and checks that both wrote the same rows in the same order in
+every derived table (floats to 12 significant digits: DuckDB's parallel sums differ in the last bit from
+one run to the next).
+Usage: python benchmarks/bench_derive.py --warehouse /tmp/bf/keep/simulated-100/warehouse --baseline e1931a2
+       [--mode assets|batch] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
+import shutil
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from pipeline import derive  # noqa: E402
-from pipeline.ingest import discover_runs, ingest_run  # noqa: E402
-from pipeline.lake import connect  # noqa: E402
-from pipeline.simulate import simulate_fleet  # noqa: E402
+if "--child" not in sys.argv:  # a child imports the pipeline of the tree it is given
+    sys.path.insert(0, str(REPO))
 
 
 def _timed(fn):
@@ -31,6 +43,11 @@ def _timed(fn):
 
 def bench(root: Path, runs: int, seed: int) -> dict:
     """Simulate, ingest and derive `runs` runs under `root`; return the timings and accuracy."""
+    from pipeline import derive
+    from pipeline.ingest import discover_runs, ingest_run
+    from pipeline.lake import connect
+    from pipeline.simulate import simulate_fleet
+
     labels, t_sim = _timed(lambda: simulate_fleet(root, runs=runs, seed=seed))
     warehouse = root / "warehouse"
     found = discover_runs(root / "archive", quiet_period_s=0, now=time.time() + 10**7)
@@ -62,13 +79,126 @@ def bench(root: Path, runs: int, seed: int) -> dict:
     }
 
 
+def _child(code: str, warehouse: str, mode: str) -> dict[str, tuple[float, float]]:
+    """In a subprocess: the wall and CPU seconds of each step with the pipeline of the tree `code`."""
+    sys.path.insert(0, code)
+    from pipeline import derive, lake
+    from pipeline.quality import contract_violations, phase_sums_consistent
+
+    wh = Path(warehouse)
+    run_ids = sorted(p.name.split("=", 1)[1] for p in lake.table_dir(wh, "runs").glob("run_id=*"))
+
+    def run_table(name):
+        derive.derive_run_table(wh, name, run_ids)
+        contract_violations(wh, name, run_ids)
+        if name == "step_phases":
+            phase_sums_consistent(wh, run_ids)
+
+    def fleet_table(name):
+        derive.derive_fleet_table(wh, name)
+        lake.refresh_catalog(wh)
+        contract_violations(wh, name, None)
+
+    if mode == "assets":
+        steps = {name: (lambda n=name: run_table(n)) for name in derive.RUN_TABLES}
+        steps.update({name: (lambda n=name: fleet_table(n)) for name in derive.FLEET_TABLES})
+    else:
+        steps = {"derive_run_tables": lambda: derive.derive_run_tables(wh, run_ids),
+                 "derive_fleet_tables": lambda: derive.derive_fleet_tables(wh)}
+    out = {}
+    for name, step in steps.items():
+        cpu, wall = time.process_time(), time.perf_counter()
+        step()
+        out[name] = (time.perf_counter() - wall, time.process_time() - cpu)
+    return out
+
+
+def _tree(rev: str | None, into: Path) -> Path:
+    """The pipeline and sql folders of git revision `rev` (None: this working tree; a folder: that tree)."""
+    if rev is None:
+        return REPO
+    if Path(rev).is_dir():
+        return Path(rev).resolve()
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "pipeline", "sql"], check=True,
+                             capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def _rows(warehouse: Path) -> dict[str, list]:
+    """Every derived table's rows per file, in file order (floats to 12 significant digits)."""
+    import pyarrow.parquet as pq
+
+    def norm(v):
+        if isinstance(v, float):
+            return f"{v:.12g}"
+        if isinstance(v, list | tuple):
+            return [norm(x) for x in v]
+        if isinstance(v, dict):
+            return {k: norm(x) for k, x in v.items()}
+        return v
+
+    files = sorted(p.relative_to(warehouse) for p in warehouse.glob("*/run_id=*/*.parquet"))
+    files += sorted(p.relative_to(warehouse) for p in warehouse.glob("*.parquet"))
+    return {str(f): [norm(r) for r in pq.read_table(warehouse / f).to_pylist()] for f in files}
+
+
+def side_by_side(warehouse: Path, baseline: str, ours: str | None, mode: str, rounds: int) -> int:
+    """Time the derive steps of `baseline` and `ours` on copies of `warehouse`, alternated; compare their rows."""
+    with tempfile.TemporaryDirectory(prefix="bench_derive_") as tmp:
+        trees = {"baseline": _tree(baseline, Path(tmp, "baseline")), "ours": _tree(ours, Path(tmp, "ours"))}
+        times: dict[str, list[dict]] = {v: [] for v in trees}
+        loads = []
+        for r in range(rounds):
+            for variant in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
+                copy = Path(tmp, f"wh-{variant}")
+                shutil.rmtree(copy, ignore_errors=True)
+                shutil.copytree(warehouse, copy)
+                loads.append(os.getloadavg()[0])
+                done = subprocess.run([sys.executable, __file__, "--child", str(trees[variant]), str(copy), mode],
+                                      check=True, capture_output=True, text=True, cwd=tmp)
+                times[variant].append(json.loads(done.stdout.splitlines()[-1]))
+        same = _rows(Path(tmp, "wh-baseline")) == _rows(Path(tmp, "wh-ours"))
+
+    def median(variant, step, i):
+        values = sorted(t[step][i] for t in times[variant])
+        return values[len(values) // 2]
+
+    print(f"{mode}: {baseline} vs {ours or 'working tree'}, median of {rounds} rounds, "
+          f"load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs")
+    print(f"{'step':<22}{'baseline wall/CPU s':>22}{'ours wall/CPU s':>20}{'wall ratio':>12}{'CPU ratio':>11}")
+    steps = list(times["baseline"][0])
+    total = {v: [sum(median(v, s, i) for s in steps) for i in (0, 1)] for v in trees}
+    for step, (bw, bc), (ow, oc) in [(s, [median("baseline", s, i) for i in (0, 1)],
+                                      [median("ours", s, i) for i in (0, 1)]) for s in steps] + [
+            ("total", total["baseline"], total["ours"])]:
+        print(f"{step:<22}{bw:>13.2f} /{bc:>6.2f}{ow:>12.2f} /{oc:>6.2f}{ow / bw:>12.2f}{oc / bc:>11.2f}")
+    print("every derived table row for row:", "identical" if same else "DIFFERENT")
+    return 0 if same else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the timings side by side."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it")
+    ap.add_argument("--warehouse", type=Path, help="time the derive steps on copies of this analysed warehouse")
+    ap.add_argument("--baseline", help="with --warehouse: the git revision (or code folder) to compare with")
+    ap.add_argument("--ours", help="with --warehouse: a git revision (or code folder) instead of the working tree")
+    ap.add_argument("--mode", choices=("assets", "batch"), default="assets")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(*args.child)))
+        return 0
+    if args.warehouse:
+        if not args.baseline:
+            ap.error("--warehouse needs --baseline")
+        return side_by_side(args.warehouse, args.baseline, args.ours, args.mode, args.rounds)
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
         result = bench(args.keep, args.runs, args.seed)

@@ -52,3 +52,15 @@ def test_rederiving_a_batch_counts_its_rows_and_leaves_one_file_per_run(tmp_path
         files = [f for part in folder.glob("run_id=*") for f in part.iterdir()]
         assert len(files) == 2, table
         assert sum(pq.ParquetFile(f).metadata.num_rows for f in files) == counts[table], table
+
+
+def test_rows_of_runs_not_asked_for_are_neither_kept_nor_counted(tmp_path, monkeypatch):
+    """A query that returns one row of done-b and two of a run not asked for: derive counts 1 row and writes
+    done-b's partition only."""
+    completed_run().write(tmp_path)
+    monkeypatch.setattr(derive, "sql_text", lambda name: (
+        "select * from (values ('done-b', 1), ('other', 2), ('other', 3)) as t(run_id, x)"
+        " where len($run_ids) = 1 and len($rules) > 0"))
+    assert derive.derive_run_table(tmp_path, "run_advice", ["done-b"]) == 1
+    folder = lake.table_dir(tmp_path, "run_advice")
+    assert sorted(p.name for p in folder.iterdir()) == [".locks", "run_id=done-b"]
