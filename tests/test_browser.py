@@ -190,13 +190,20 @@ def test_dark_mode_darkens_the_page(driver, reports):
     assert _luminance(dark_bg) < 40 and _luminance(dark_ink) > 180
 
 
-def test_charts_hold_twice_the_pixels_they_are_drawn_at(driver, reports):
-    """Each chart image has at least ~2x the pixels of the box it is shown in (sharp on a laptop screen);
-    the run report's charts are vector."""
+def test_charts_are_vector_and_the_mails_images_twice_their_pixels(driver, reports, tmp_path):
+    """The reports' charts are vector (sharp on any screen); the fleet mail's chart images have at least ~2x
+    the pixels of the box they are shown in (sharp on a laptop screen)."""
     driver.get((reports / "runs" / "run-anomalous.html").resolve().as_uri())
     assert driver.execute_script("return document.images.length") == 0
     assert driver.execute_script("return document.querySelectorAll('[data-chart] svg').length") >= 2
     driver.get((reports / "fleet" / "latest.html").resolve().as_uri())
+    assert driver.execute_script("return document.images.length") == 0
+    assert driver.execute_script("return document.querySelectorAll('[data-chart] svg').length") == 3
+    from pipeline.report.render import fleet_mail_page
+
+    mail = tmp_path / "mail.html"
+    mail.write_text(fleet_mail_page(reports.parent / "wh", date(2026, 11, 28)), encoding="utf-8")
+    driver.get(mail.resolve().as_uri())
     sizes = driver.execute_script(
         "return Array.from(document.images).map(i => [i.naturalWidth, i.getBoundingClientRect().width])")
     assert len(sizes) == 3

@@ -1,4 +1,5 @@
-"""The run report's SVG charts: scales, capacity, validation points, episode marks, hover values."""
+"""The reports' charts: the run report's SVG (scales, capacity, validation points, episode marks, hover values)
+and the fleet report's, SVG on the page and PNG in its mail."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from pipeline.report import charts
+from pipeline.report import charts, fleet_charts
 
 
 def _panels(chart: charts.Chart) -> dict[str, ET.Element]:
@@ -146,13 +147,16 @@ def test_colours_follow_the_page_scheme():
     assert re.search(r"--c0:(#[0-9a-f]+)", dark).group(1) != light_c0
 
 
-def test_fleet_charts_are_twice_the_pixels_with_their_values_in_words():
-    """Fleet charts stay PNG (the report is mailed); the alt text, also the hover title, carries the values."""
-    chart = charts.weekly_chart([("11-02", 5, 1, 42.0), ("11-09", 3, 0, None)])
+def test_mailed_fleet_charts_are_twice_the_pixels_with_their_values_in_words():
+    """The mail's fleet charts are PNG (mail clients show no SVG); the alt text, also the hover title, carries
+    the values, the same as the page's SVG chart."""
+    weeks = [("11-02", 5, 1, 42.0), ("11-09", 3, 0, None)]
+    chart = fleet_charts.weekly_chart(weeks, png=True)
     assert chart.png[:8] == b"\x89PNG\r\n\x1a\n" and chart.svg is None
     assert int.from_bytes(chart.png[16:20], "big") >= 2 * chart.width
     assert chart.alt == "Runs per week (week: runs, failed or hung, median step): 11-02: 5, 1, 42 s; 11-09: 3, 0, –"
-    shares = charts.share_bars([("qwen-7b grpo", {"gen": 0.5, "update_actor": 0.25})])
+    assert fleet_charts.weekly_chart(weeks).alt == chart.alt
+    shares = fleet_charts.share_bars([("qwen-7b grpo", {"gen": 0.5, "update_actor": 0.25})], png=True)
     assert shares.alt == "Phase shares per config group: qwen-7b grpo: gen 50%, update_actor 25%"
 
 
@@ -172,7 +176,7 @@ def test_numbers_are_short():
 def drawn(monkeypatch):
     """The fleet charts' tick labels as matplotlib lays them out: {chart name: {"x": [...], "y": [...]}}."""
     seen = {}
-    finish = charts._finish
+    finish = fleet_charts._finish
 
     def keep(fig, name, alt):
         ax = fig.axes[0]
@@ -180,21 +184,22 @@ def drawn(monkeypatch):
                       for axis in ("x", "y")}
         return finish(fig, name, alt)
 
-    monkeypatch.setattr(charts, "_finish", keep)
+    monkeypatch.setattr(fleet_charts, "_finish", keep)
     return seen
 
 
 def test_the_weekly_chart_of_28_weeks_prints_every_other_week(drawn):
     """28 weekly bars: 14 labels fit side by side, so every second week is named, the newest included."""
     weeks = [(f"w{i:02d}", 3, 1, 40.0) for i in range(28)]
-    charts.weekly_chart(weeks)
+    fleet_charts.weekly_chart(weeks, png=True)
     assert drawn["weekly"]["x"] == [f"w{i:02d}" for i in range(1, 28, 2)]
-    charts.weekly_chart(weeks[:6])
+    fleet_charts.weekly_chart(weeks[:6], png=True)
     assert drawn["weekly"]["x"] == [f"w{i:02d}" for i in range(6)]
 
 
 def test_the_outcomes_chart_names_classes_in_words(drawn):
-    chart = charts.failure_bars({"cuda_oom": 3, "completed": 5}, {"cuda_oom": "CUDA OOM", "completed": "Completed"})
+    chart = fleet_charts.failure_bars({"cuda_oom": 3, "completed": 5}, {"cuda_oom": "CUDA OOM", "completed": "Completed"},
+                                      png=True)
     assert drawn["failures"]["y"] == ["CUDA OOM", "Completed"]
     assert chart.alt == "Runs by outcome: Completed 5, CUDA OOM 3"
 
@@ -202,7 +207,54 @@ def test_the_outcomes_chart_names_classes_in_words(drawn):
 def test_a_long_config_group_name_is_shown_whole(drawn):
     group = ("Qwen/Qwen2.5-7B-Instruct · grpo · rollout n 8 · batch 1024/256 · 4 nodes x 8 GPUs · vllm · "
              "max response 8192")
-    charts.share_bars([(group, {"gen": 0.6, "update_actor": 0.4}), ("short", {"gen": 1.0})])
+    fleet_charts.share_bars([(group, {"gen": 0.6, "update_actor": 0.4}), ("short", {"gen": 1.0})], png=True)
     label = drawn["shares"]["y"][0]
     assert label.replace("\n", " ") == group
     assert max(len(line) for line in label.splitlines()) <= 44
+
+
+def _fleet_svg(chart: charts.Chart) -> ET.Element:
+    (svg,) = _panels(chart).values()
+    return svg
+
+
+def _bar_titles(svg: ET.Element) -> list[str]:
+    return [r.find("title").text for r in svg.iter("rect") if r.find("title") is not None]
+
+
+def test_the_page_outcomes_chart_lists_classes_in_words_most_runs_first():
+    chart = fleet_charts.failure_bars({"cuda_oom": 3, "completed": 5, "hang": 1},
+                                      {"cuda_oom": "CUDA OOM", "completed": "Completed", "hang": "Hung"})
+    assert chart.png == b"" and chart.alt == "Runs by outcome: Completed 5, CUDA OOM 3, Hung 1"
+    svg = _fleet_svg(chart)
+    assert _bar_titles(svg) == ["Completed: 5 runs", "CUDA OOM: 3 runs", "Hung: 1 run"]
+    widths = [float(r.get("width")) for r in svg.iter("rect") if r.find("title") is not None]
+    assert widths[0] == pytest.approx(5 / 3 * widths[1], abs=0.3) and widths[1] == pytest.approx(3 * widths[2], abs=0.3)
+    assert [t for t in _texts(svg) if t in ("Completed", "CUDA OOM", "Hung")] == ["Completed", "CUDA OOM", "Hung"]
+
+
+def test_the_page_weekly_chart_stacks_failed_on_fine_and_names_every_other_of_28_weeks():
+    weeks = [(f"w{i:02d}", 3, 1, 40.0) for i in range(28)]
+    svg = _fleet_svg(fleet_charts.weekly_chart(weeks))
+    assert [t for t in _texts(svg) if t.startswith("w")] == [f"w{i:02d}" for i in range(1, 28, 2)]
+    svg = _fleet_svg(fleet_charts.weekly_chart([("11-02", 5, 2, 42.0), ("11-09", 3, 0, None)]))
+    bars = [r for r in svg.iter("rect") if r.find("title") is not None]
+    assert [r.find("title").text for r in bars[:2]] == ["week to 11-02: 5 runs, 2 failed or hung, median step 42 s"] * 2
+    fine, failed = (float(r.get("height")) for r in bars[:2])
+    assert fine == pytest.approx(1.5 * failed, abs=0.2)
+    assert float(bars[0].get("y")) == pytest.approx(float(bars[1].get("y")) + failed, abs=0.1)
+    assert bars[3].find("title").text == "week to 11-09: 3 runs, 0 failed or hung, median step –"
+    assert len([c for c in svg.iter("circle")]) == 1
+
+
+def test_the_page_share_chart_shows_a_long_group_name_whole_and_each_share_in_its_title():
+    group = ("Qwen/Qwen2.5-7B-Instruct · grpo · rollout n 8 · batch 1024/256 · 4 nodes x 8 GPUs · vllm · "
+             "max response 8192")
+    svg = _fleet_svg(fleet_charts.share_bars([(group, {"gen": 0.6, "update_actor": 0.4}), ("short", {"gen": 1.0})]))
+    anchored = [t.text for t in svg.iter("text") if t.get("text-anchor") == "end"]
+    lines = anchored[:anchored.index("short")]
+    assert " ".join(lines) == group and max(len(line) for line in lines) <= 44
+    assert _bar_titles(svg) == [f"{group} · gen 60%", f"{group} · update_actor 40%", "short · gen 100%"]
+    gen, actor = (float(r.get("width")) for r in svg.iter("rect") if r.find("title") is not None and group in
+                  r.find("title").text)
+    assert gen == pytest.approx(1.5 * actor, abs=0.2)

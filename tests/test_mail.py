@@ -7,6 +7,7 @@ import email
 import email.policy
 import ipaddress
 import logging
+import re
 import smtplib
 import ssl
 
@@ -25,7 +26,8 @@ from report_fixtures import build_warehouse, every_class_specs, parse_html
 from pipeline.assets.report import fleet_report_mail
 from pipeline.definitions import smtp_from_env
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
-from pipeline.resources import ReportsResource, SmtpResource
+from pipeline.report.render import fleet_mail_page
+from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 
 USER, PASSWORD = "reporter", "s3cret-Pa55"
 
@@ -87,11 +89,22 @@ def starttls_server(certificate):
         controller.stop()
 
 
+DAY = dt.date(2026, 11, 28)
+
+
 @pytest.fixture(scope="module")
-def fleet_report(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mailfleet")
-    warehouse = build_warehouse(root / "wh", every_class_specs())
-    return render_fleet_report(warehouse, root / "reports", dt.date(2026, 11, 28))
+def fleet_warehouse(tmp_path_factory):
+    return build_warehouse(tmp_path_factory.mktemp("mailfleet") / "wh", every_class_specs())
+
+
+@pytest.fixture(scope="module")
+def fleet_report(fleet_warehouse):
+    return render_fleet_report(fleet_warehouse, fleet_warehouse.parent / "reports", DAY)
+
+
+@pytest.fixture(scope="module")
+def mail_page(fleet_warehouse):
+    return fleet_mail_page(fleet_warehouse, DAY)
 
 
 def settings(port, certificate, **overrides):
@@ -102,10 +115,11 @@ def settings(port, certificate, **overrides):
 
 
 def test_fleet_mail_arrives_with_parts_inline_images_and_attachment(starttls_server, certificate, fleet_report,
-                                                                     caplog):
+                                                                     mail_page, caplog):
     inbox, port = starttls_server
     message = build_fleet_mail(fleet_report, sender="verl-health@example.org",
-                               recipients=["a@example.org", "b@example.org"], subject="verl-health fleet 2026-11-28")
+                               recipients=["a@example.org", "b@example.org"], subject="verl-health fleet 2026-11-28",
+                               mail_page=mail_page)
     with caplog.at_level(logging.DEBUG, logger="pipeline"):
         refused = send_mail(message, settings(port, certificate))
     assert refused == {}
@@ -229,6 +243,7 @@ def test_fleet_report_mail_asset_sends_through_the_smtp_resource(starttls_server
     (reports / "fleet" / "latest.html").write_bytes(fleet_report.read_bytes())
     with caplog.at_level(logging.DEBUG):
         result = materialize([fleet_report_mail], resources={"reports": ReportsResource(path=str(reports)),
+                                                             "warehouse": WarehouseResource(path=str(reports.parent / "wh")),
                                                              "smtp": smtp})
     assert result.success
     [event] = result.get_asset_materialization_events()
@@ -238,6 +253,24 @@ def test_fleet_report_mail_asset_sends_through_the_smtp_resource(starttls_server
     got = email.message_from_bytes(raw, policy=email.policy.default)
     assert got["Subject"].startswith("verl-health fleet report ")
     assert PASSWORD not in caplog.text and PASSWORD.encode() not in raw
+    assert len(parse_html(got.get_body(("html",)).get_content()).find_all("img")) == 3
+    assert [p.get_content_type() for p in got.walk() if p.get_content_disposition() == "inline"] == ["image/png"] * 3
+
+
+def test_the_page_draws_its_charts_as_svg_and_the_mail_as_png(fleet_report, mail_page):
+    """The page's charts are inline SVG; mail clients show none, so the mail's page is the same but for its
+    charts, drawn as PNG images."""
+    page = fleet_report.read_text(encoding="utf-8")
+    assert not parse_html(page).find_all("img")
+    charts = {"failures", "weekly", "shares"}
+    assert {d.attrs["data-chart"] for d in parse_html(page).find_all("div", cls="vhc")} == charts
+    assert {i.attrs["data-chart"] for i in parse_html(mail_page).find_all("img")} == charts
+    assert "<svg" not in mail_page
+
+    def bare(html):
+        return re.sub(r"<figure.*?</figure>|\d{4}-\d\d-\d\d \d\d:\d\d [A-Z]+", "", html, flags=re.S)
+
+    assert bare(page) == bare(mail_page)
 
 
 def test_smtp_settings_from_the_environment(starttls_server, certificate, fleet_report, monkeypatch):
@@ -252,7 +285,8 @@ def test_smtp_settings_from_the_environment(starttls_server, certificate, fleet_
     assert (smtp.user, smtp.password) == (EnvVar("VERL_HEALTH_SMTP_USER"), EnvVar("VERL_HEALTH_SMTP_PASSWORD"))
     reports = fleet_report.parent.parent
     (reports / "fleet" / "latest.html").write_bytes(fleet_report.read_bytes())
-    result = materialize([fleet_report_mail], resources={"reports": ReportsResource(path=str(reports)), "smtp": smtp})
+    result = materialize([fleet_report_mail], resources={"reports": ReportsResource(path=str(reports)), "smtp": smtp,
+                                                         "warehouse": WarehouseResource(path=str(reports.parent / "wh"))})
     assert result.success
     [(mail_from, rcpts, raw, _)] = inbox.mails
     assert (mail_from, rcpts) == ("nightly@example.org", ["a@example.org", "b@example.org"])

@@ -14,6 +14,7 @@ from pipeline import tables
 from pipeline.partitions import run_partitions
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
 from pipeline.report.batch import render_run_reports
+from pipeline.report.render import fleet_mail_page
 from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 
 DAY_TAG = "verl-health/day"
@@ -62,19 +63,21 @@ def fleet_report(context: AssetExecutionContext, warehouse: WarehouseResource,
 
 
 @asset(deps=["fleet_report"], group_name="report")
-def fleet_report_mail(context: AssetExecutionContext, reports: ReportsResource,
+def fleet_report_mail(context: AssetExecutionContext, warehouse: WarehouseResource, reports: ReportsResource,
                       smtp: SmtpResource) -> MaterializeResult:
-    """The fleet report mailed to the team: HTML with inline charts, a text part, the report attached."""
+    """The fleet report mailed to the team: HTML with inline PNG charts, a text part, the report attached."""
     report_path = reports.root / "fleet" / "latest.html"
     if not smtp.enabled:
         context.log.info("mail not configured (no SMTP host or recipients); nothing sent")
         return MaterializeResult(metadata={"sent": False, "reason": "mail not configured"})
+    day = report_day(context)
     message = build_fleet_mail(
         report_path,
         sender=smtp.sender,
         recipients=smtp.recipients,
-        subject=f"verl-health fleet report {report_day(context).isoformat()}",
+        subject=f"verl-health fleet report {day.isoformat()}",
         report_url=f"{smtp.reports_url.rstrip('/')}/fleet/{report_path.name}" if smtp.reports_url else None,
+        mail_page=fleet_mail_page(warehouse.root, day),
     )
     send_mail(message, smtp.settings())
     return MaterializeResult(

@@ -1,20 +1,17 @@
 """Charts for the reports.
 
-A run report's charts are inline SVG written here directly: vector (sharp at any pixel density), a
-value tooltip per step column (an SVG <title>, no script), colours that follow the page's light or dark
-scheme, and no matplotlib (a run report renders in milliseconds). The fleet report's charts stay PNG
-drawn by matplotlib at twice the pixels they are shown at: that report is mailed, and the common mail
-clients (Gmail, Outlook) show no SVG, inline or as an image.
+Charts are inline SVG written here directly: vector (sharp at any pixel density), a value tooltip per
+step column (an SVG <title>, no script), colours that follow the page's light or dark scheme, and no
+matplotlib (a report renders in milliseconds). The fleet report's charts (fleet_charts) are drawn the
+same way for the page and as PNG for its mail only: the common mail clients (Gmail, Outlook) show no
+SVG, inline or as an image.
 """
 
 from __future__ import annotations
 
 import base64
-import functools
-import io
 import math
-import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
@@ -24,7 +21,6 @@ from markupsafe import Markup
 MAX_POINTS = 1200
 # PNG charts are drawn at twice the pixels they are shown at, so they stay sharp on high-density screens
 SCALE = 2
-DPI = 100 * SCALE
 PHASE_COLORS = {
     "gen": "#4e79a7",
     "reward": "#f28e2b",
@@ -40,10 +36,6 @@ PHASE_COLORS = {
     "save_checkpoint": "#d4a6c8",
 }
 EPISODE_COLOR = "#d62728"
-FAIL_COLOR = "#c0392b"
-OK_COLOR = "#2e7d32"
-GROUP_LABEL_WIDTH = 44  # characters per line of a config group's name in the share chart
-MAX_WEEK_LABELS = 14  # week labels side by side under the weekly chart (9.6 in wide at 8 pt)
 
 # SVG panel geometry, in viewBox units (the panel scales to its box's width)
 W, H = 560, 236
@@ -280,7 +272,8 @@ def _y_scale(values: list[np.ndarray], log: bool) -> tuple[_Scale, list[float]]:
     return _Scale(ticks[0], ticks[-1], H - BOTTOM, TOP), ticks
 
 
-def _text(x: float, y: float, s: str, cls: str = "", anchor: str = "start") -> str:
+def svg_text(x: float, y: float, s: str, cls: str = "", anchor: str = "start") -> str:
+    """An SVG <text> at (x, y), escaped, with an optional class and anchor."""
     c = f' class="{cls}"' if cls else ""
     a = "" if anchor == "start" else f' text-anchor="{anchor}"'
     return f'<text x="{x:.1f}" y="{y:.1f}"{c}{a}>{escape(s)}</text>'
@@ -295,8 +288,8 @@ def _x_axis(xs: _Scale, x0: float, x1: float, right: float) -> list[str]:
             continue
         px = float(xs(t))
         out.append(f'<path class="g" d="M{px:.1f} {TOP}V{H - BOTTOM}"/>')
-        out.append(_text(px, H - BOTTOM + 15, fmt(t), anchor="middle"))
-    out.append(_text(W - right, H - 8, "step", anchor="end"))
+        out.append(svg_text(px, H - BOTTOM + 15, fmt(t), anchor="middle"))
+    out.append(svg_text(W - right, H - 8, "step", anchor="end"))
     return out
 
 
@@ -309,7 +302,7 @@ def _legend(items: list[tuple[int, str, bool]]) -> list[str]:
             out.append(f'<circle class="f{k}" cx="{x + 7:.1f}" cy="{H - 12}" r="3"/>')
         else:
             out.append(f'<path class="key s{k}" d="M{x:.1f} {H - 12}h14" stroke-width="2.5"/>')
-        out.append(_text(x + 18, H - 8, label))
+        out.append(svg_text(x + 18, H - 8, label))
         x += 18 + 6.4 * len(label) + 14
     return out
 
@@ -390,7 +383,7 @@ def _y_axis(ys: _Scale, ticks: list[float], x: float, anchor: str, grid: bool, r
         py = float(ys(t))
         if grid:
             out.append(f'<path class="g" d="M{LEFT} {py:.1f}H{W - right}"/>')
-        out.append(_text(x, py + 3.5, fmt(t), anchor=anchor))
+        out.append(svg_text(x, py + 3.5, fmt(t), anchor=anchor))
     return out
 
 
@@ -421,7 +414,7 @@ def _panel_svg(steps: np.ndarray, panel: Panel, episodes, anomaly_steps: np.ndar
     ys, yticks = _y_scale([v for _, v in panel.lines] + [np.array([c]) for _, c in cap_levels], log)
     back, strip = _episode_marks(xs, episodes, anomaly_steps, right)
     out = [f'<svg viewBox="0 0 {W} {H}" role="img" aria-label="{escape(panel.title)}" data-panel="{escape(panel.title)}">',
-           _text(4, 16, panel.title, "t"), *back, *_y_axis(ys, yticks, LEFT - 6, "end", True, right),
+           svg_text(4, 16, panel.title, "t"), *back, *_y_axis(ys, yticks, LEFT - 6, "end", True, right),
            *_x_axis(xs, x0, x1, right)]
     legend = [(i % SERIES, n, _is_sparse(y)) for i, (n, y) in enumerate(panel.lines)]
     width = W - LEFT - right
@@ -430,7 +423,7 @@ def _panel_svg(steps: np.ndarray, panel: Panel, episodes, anomaly_steps: np.ndar
     for _name, level in cap_levels:
         py = float(ys(level))
         out.append(f'<path class="cap" d="M{LEFT} {py:.1f}H{W - right}"/>')
-        out.append(_text(LEFT + 4, py - 4, f"GPU capacity {fmt(level)} GB", "capt"))
+        out.append(svg_text(LEFT + 4, py - 4, f"GPU capacity {fmt(level)} GB", "capt"))
     if panel.right:
         rs, rticks = _y_scale([v for _, v in panel.right], False)
         out += _y_axis(rs, rticks, W - right + 6, "start", False, right)
@@ -447,7 +440,7 @@ def _panel_svg(steps: np.ndarray, panel: Panel, episodes, anomaly_steps: np.ndar
     return "".join(out)
 
 
-def _svg_chart(name: str, alt: str, panels_svg: list[str], after: str = "") -> Chart:
+def svg_chart(name: str, alt: str, panels_svg: list[str], after: str = "") -> Chart:
     html = (f'<div class="vhc" role="group" data-chart="{name}" aria-label="{escape(alt)}">'
             f"<style>{STYLE}</style>{''.join(panels_svg)}{after}</div>")
     return Chart(name=name, alt=alt, svg=Markup(html))
@@ -472,7 +465,7 @@ def health_chart(
     anomaly_steps = np.asarray(anomaly_steps, dtype=float)
     svgs = [_panel_svg(steps, p, episodes, anomaly_steps, xlim) for p in panels]
     alt = f"Training curves: {', '.join(p.title for p in panels)}; {len(episodes)} anomaly episode(s) marked red"
-    return _svg_chart("health", alt, svgs)
+    return svg_chart("health", alt, svgs)
 
 
 def phase_chart(steps: np.ndarray, phases: dict[str, np.ndarray]) -> Chart | None:
@@ -490,7 +483,7 @@ def phase_chart(steps: np.ndarray, phases: dict[str, np.ndarray]) -> Chart | Non
     xs = _Scale(*xlim, LEFT, W - RIGHT)
     yscale, yticks = _y_scale([np.array([0.0]), tops[-1]], False)
     out = [f'<svg viewBox="0 0 {W} {H}" role="img" aria-label="Time per step by phase" data-panel="phases">',
-           _text(4, 16, "Time per step by phase (s)" + (" · bucket means" if len(x) < len(steps) else ""), "t"),
+           svg_text(4, 16, "Time per step by phase (s)" + (" · bucket means" if len(x) < len(steps) else ""), "t"),
            *_y_axis(yscale, yticks, LEFT - 6, "end", True, RIGHT), *_x_axis(xs, *xlim, RIGHT)]
     base = np.zeros(len(x))
     for name, top in zip(names, tops, strict=True):
@@ -512,135 +505,4 @@ def phase_chart(steps: np.ndarray, phases: dict[str, np.ndarray]) -> Chart | Non
                      f'height:10px;background:{PHASE_COLORS.get(n, "#999999")};margin-right:4px"></span>{escape(n)}'
                      "</span>" for n in names)
     alt = "Stacked time per step by phase: " + ", ".join(names)
-    return _svg_chart("phases", alt, ["".join(out)], f'<p style="font-size:12px;margin:2px 0 0">{legend}</p>')
-
-
-@functools.cache
-def _pyplot():
-    """matplotlib, imported and styled on first use (only the fleet report draws with it)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update(
-        {
-            "font.family": "DejaVu Sans",
-            "font.size": 9,
-            "axes.titlesize": 10,
-            "axes.titleweight": "bold",
-            "axes.spines.top": False,
-            "axes.spines.right": False,
-            "axes.grid": True,
-            "grid.color": "#e5e7eb",
-            "grid.linewidth": 0.6,
-            "axes.edgecolor": "#9ca3af",
-        }
-    )
-    return plt
-
-
-def _finish(fig, name: str, alt: str) -> Chart:
-    plt = _pyplot()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
-    plt.close(fig)
-    return Chart(name=name, alt=alt, png=buf.getvalue())
-
-
-def _ticker():
-    _pyplot()
-    from matplotlib import ticker
-
-    return ticker
-
-
-def failure_bars(counts: dict[str, int], labels: Mapping[str, str] | None = None) -> Chart | None:
-    """Runs per failure class, each class named by `labels` (its plain-language name) where it has one."""
-    if not counts:
-        return None
-    items = sorted(counts.items(), key=lambda kv: kv[1])
-    fig, ax = _pyplot().subplots(figsize=(5.6, 0.32 * len(items) + 0.9))
-    # a run stopped on purpose or a log cut short is no failure: neutral grey
-    tone = {"completed": OK_COLOR, "hang": "#e69f00", "interrupted": "#94a3b8", "no_outcome": "#94a3b8"}
-    colors = [tone.get(k, FAIL_COLOR) for k, _ in items]
-    items = [((labels or {}).get(k, k), v) for k, v in items]
-    ax.barh([k for k, _ in items], [v for _, v in items], color=colors)
-    for i, (_, v) in enumerate(items):
-        ax.text(v, i, f" {v}", va="center", fontsize=8)
-    ax.xaxis.set_major_locator(_ticker().MaxNLocator(integer=True))
-    ax.set_title("Runs by outcome", loc="left")
-    ax.grid(axis="y", visible=False)
-    ax.margins(x=0.12)
-    return _finish(fig, "failures", "Runs by outcome: " + ", ".join(f"{k} {v}" for k, v in reversed(items)))
-
-
-def share_bars(groups: list[tuple[str, dict[str, float]]]) -> Chart | None:
-    """Median phase shares of step time per config group, as 100 % stacked bars."""
-    groups = [(g, s) for g, s in groups if s]
-    if not groups:
-        return None
-    phases = [p for p in PHASE_COLORS if any(s.get(p) for _, s in groups)]
-    labels = [_wrapped(g) for g, _ in groups]
-    lines = sum(label.count("\n") + 1 for label in labels)
-    fig, ax = _pyplot().subplots(figsize=(9.6, 0.2 * lines + 0.16 * len(groups) + 1.3))
-    left = np.zeros(len(groups))
-    for p in phases:
-        vals = np.array([s.get(p, 0.0) for _, s in groups])
-        ax.barh(labels, vals, left=left, color=PHASE_COLORS[p], label=p)
-        left += vals
-    ax.set_xlim(0, max(1.0, float(left.max())))
-    ax.invert_yaxis()
-    ax.xaxis.set_major_formatter(_ticker().PercentFormatter(1.0))
-    ax.grid(axis="y", visible=False)
-    ax.set_title("Share of step time by phase, per config group", loc="left")
-    ax.legend(ncol=min(len(phases), 6), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.5 / len(groups) - 0.08),
-              frameon=False)
-    alt = "Phase shares per config group: " + "; ".join(
-        f"{g}: " + ", ".join(f"{p} {s[p]:.0%}" for p in phases if s.get(p)) for g, s in groups)
-    return _finish(fig, "shares", alt)
-
-
-def _wrapped(label: str, width: int = GROUP_LABEL_WIDTH) -> str:
-    """A config group's name on lines of at most `width` characters, broken after its separators: whole, not cut."""
-    return "\n".join(textwrap.wrap(label.replace(" · ", " ·\u00a0"), width, break_on_hyphens=False)).replace(
-        "\u00a0", " ")
-
-
-def thinned(labels: list[str], most: int = MAX_WEEK_LABELS) -> list[str]:
-    """Every k-th label (the newest always), the others blank, so at most `most` are printed side by side."""
-    step = -(-len(labels) // most)
-    last = len(labels) - 1
-    return [label if (last - i) % step == 0 else "" for i, label in enumerate(labels)]
-
-
-def weekly_chart(weeks: list[tuple[str, int, int, float | None]]) -> Chart | None:
-    """Runs per week split into failed and fine, with the median step time on a second axis."""
-    if not weeks:
-        return None
-    labels = [w[0] for w in weeks]
-    ok = np.array([w[1] - w[2] for w in weeks])
-    bad = np.array([w[2] for w in weeks])
-    fig, ax = _pyplot().subplots(figsize=(9.6, 2.8))
-    ax.bar(labels, ok, color=OK_COLOR, label="fine")
-    ax.bar(labels, bad, bottom=ok, color=FAIL_COLOR, label="failed or hung")
-    ax.set_ylabel("runs")
-    ax.yaxis.set_major_locator(_ticker().MaxNLocator(integer=True))
-    med = [w[3] if w[3] is not None else np.nan for w in weeks]
-    if np.isfinite(med).any():
-        twin = ax.twinx()
-        twin.grid(False)
-        twin.spines["right"].set_visible(True)
-        twin.plot(labels, med, color="#111827", marker="o", linewidth=1.2, label="median step s")
-        twin.set_ylabel("median step (s)")
-        twin.set_ylim(bottom=0)
-    ax.set_title("Runs per week (by end date)", loc="left")
-    ax.set_ylim(top=max(1, int((ok + bad).max())) * 1.35)
-    if np.isfinite(med).any():
-        twin.set_ylim(top=np.nanmax(med) * 1.35)
-    ax.legend(fontsize=8, loc="upper left", frameon=False, ncol=2)
-    ax.set_xticks(range(len(labels)), thinned(labels))
-    ax.tick_params(axis="x", labelsize=8)
-    alt = "Runs per week (week: runs, failed or hung, median step): " + "; ".join(
-        f"{w[0]}: {w[1]}, {w[2]}, " + ("–" if w[3] is None else f"{w[3]:.3g} s") for w in weeks)
-    return _finish(fig, "weekly", alt)
+    return svg_chart("phases", alt, ["".join(out)], f'<p style="font-size:12px;margin:2px 0 0">{legend}</p>')

@@ -6,7 +6,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
-from pipeline.report import charts
+from pipeline.report import fleet_charts
 from pipeline.report.advice import advice_entry
 from pipeline.report.fleet_data import FleetReportData, FleetRun
 from pipeline.report.formats import now_with_zone
@@ -59,7 +59,7 @@ def _attention(runs: list[FleetRun], week: dict[str, Any] | None) -> dict[str, A
     }
 
 
-def _outcomes(runs: list[FleetRun]) -> dict[str, Any]:
+def _outcomes(runs: list[FleetRun], png: bool) -> dict[str, Any]:
     counts = Counter(r.failure_class for r in runs)
     return {
         "n_runs": len(runs),
@@ -71,14 +71,14 @@ def _outcomes(runs: list[FleetRun]) -> dict[str, Any]:
         "n_no_outcome": counts.get("no_outcome", 0),
         "counts": sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])),
         "advice": {cls: advice_entry("failure", cls).first_change for cls in counts if cls != "completed"},
-        "failure_chart": charts.failure_bars(dict(counts), CLASS_LABELS),
+        "failure_chart": fleet_charts.failure_bars(dict(counts), CLASS_LABELS, png),
     }
 
 
-def _weekly_chart(weeks: list[dict[str, Any]]):
+def _weekly_chart(weeks: list[dict[str, Any]], png: bool):
     shown = weeks[-MAX_CHART_WEEKS:]
-    return charts.weekly_chart([(w["week_end"].strftime("%m-%d"), w["runs"], w["failed"], w["median_step_s"])
-                                for w in shown])
+    return fleet_charts.weekly_chart([(w["week_end"].strftime("%m-%d"), w["runs"], w["failed"], w["median_step_s"])
+                                      for w in shown], png)
 
 
 def _group_shares(groups: list[dict[str, Any]]) -> list[tuple[str, dict[str, float]]]:
@@ -88,8 +88,8 @@ def _group_shares(groups: list[dict[str, Any]]) -> list[tuple[str, dict[str, flo
             for g in groups[:MAX_CHART_GROUPS]]
 
 
-def fleet_context(data: FleetReportData) -> dict[str, Any]:
-    """The template context of the fleet report (charts drawn here)."""
+def fleet_context(data: FleetReportData, png: bool = False) -> dict[str, Any]:
+    """The template context of the fleet report (charts drawn here: SVG for the page, PNG for a mail)."""
     runs = _newest_first(data.runs)
     week = data.weeks[-1] if data.weeks else None
     data_day = week["week_end"] if week else data.day
@@ -100,7 +100,7 @@ def fleet_context(data: FleetReportData) -> dict[str, Any]:
         "generated": now_with_zone(),
         "runs": runs,
         **_attention(runs, week),
-        **_outcomes(runs),
+        **_outcomes(runs, png),
         "attention_days": ATTENTION_DAYS,
         "goodput": (week or {}).get("median_goodput"),
         "groups": data.groups,
@@ -108,6 +108,6 @@ def fleet_context(data: FleetReportData) -> dict[str, Any]:
         "week_rows": week_rows(week),
         "last_ended": max((r.ended_at for r in runs if r.ended_at is not None), default=None),
         "regressions": [r for r in runs if r.regression],
-        "share_chart": charts.share_bars(_group_shares(data.groups)),
-        "weekly_chart": _weekly_chart(data.weeks),
+        "share_chart": fleet_charts.share_bars(_group_shares(data.groups), png),
+        "weekly_chart": _weekly_chart(data.weeks, png),
     }

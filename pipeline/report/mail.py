@@ -47,16 +47,19 @@ def build_fleet_mail(
     recipients: Sequence[str],
     subject: str,
     report_url: str | None = None,
+    mail_page: str | None = None,
 ) -> EmailMessage:
     """A multipart mail of the report: its text rendering (the .txt written beside it from the same data),
     its HTML (charts as CID inline images, no script) and the report attached.
 
+    `mail_page` is the HTML to mail in place of the page: the page rendered with PNG charts
+    (render.fleet_mail_page), since the page's SVG charts show in no common mail client.
     `report_url`, when given, is where the report is published; relative links are made absolute
     against it so they work from a mail client.
     """
     report_path = Path(report_path)
     page = report_path.read_text(encoding="utf-8")
-    html, images = mail_html(page, report_url)
+    html, images = mail_html(page if mail_page is None else mail_page, report_url)
     msg = EmailMessage()
     msg["Subject"] = subject
     msg["From"] = sender

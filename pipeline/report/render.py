@@ -1,7 +1,8 @@
 """Render the run and fleet reports from one Jinja2 environment with autoescaping on.
 
 The fleet report is written twice from the same context: as HTML, and as plain text for the mail's
-text part (`fleet/<day>.txt`), so the two can never disagree.
+text part (`fleet/<day>.txt`), so the two can never disagree. Its mail's HTML is the same page with PNG
+charts instead of SVG (mail clients show no SVG), rendered only when a mail is built.
 """
 
 from __future__ import annotations
@@ -86,10 +87,15 @@ def text_path(report: Path) -> Path:
     return report.with_suffix(".txt")
 
 
+def _fleet_context(warehouse: str | Path, day: date, png: bool) -> dict:
+    context = fleet_context(load_fleet(warehouse, day), png)
+    context.update(new_signatures=new_signatures(warehouse, context["data_day"]), new_signature_days=NEW_DAYS)
+    return context
+
+
 def render_fleet_report(warehouse: str | Path, reports_dir: str | Path, day: date) -> Path:
     """Write `reports_dir/fleet/<day>.html` and `fleet/latest.html` (each with its .txt); return the dated file."""
-    context = fleet_context(load_fleet(warehouse, day))
-    context.update(new_signatures=new_signatures(warehouse, context["data_day"]), new_signature_days=NEW_DAYS)
+    context = _fleet_context(warehouse, day, png=False)
     html = ENV.get_template("fleet.html.j2").render(**context)
     text = ENV.get_template("fleet.txt.j2").render(**context)
     folder = Path(reports_dir) / "fleet"
@@ -97,3 +103,8 @@ def render_fleet_report(warehouse: str | Path, reports_dir: str | Path, day: dat
         _write(folder / f"{name}.txt", text)
         _write(folder / f"{name}.html", html)
     return folder / f"{day.isoformat()}.html"
+
+
+def fleet_mail_page(warehouse: str | Path, day: date) -> str:
+    """The fleet report's HTML for `day` with its charts as PNG data URIs: what its mail shows (see mail.py)."""
+    return ENV.get_template("fleet.html.j2").render(**_fleet_context(warehouse, day, png=True))
