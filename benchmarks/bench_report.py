@@ -33,6 +33,7 @@ from report_fixtures import FAILURE_CLASSES, RunSpec, write_run  # noqa: E402
 
 from pipeline.derive import derive_fleet_tables  # noqa: E402
 from pipeline.report import batch, build_fleet_mail, charts, render_fleet_report, render_run_report  # noqa: E402
+from pipeline.report.render import fleet_mail_page  # noqa: E402
 
 DAY = date(2026, 11, 28)
 ANOMALY_CLASSES = ("gen_slowdown", "kl_spike", "grad_explosion", "update_actor_slowdown")
@@ -332,7 +333,8 @@ def whole_reports(args: argparse.Namespace, root: Path) -> None:
 
     message, t_mail = _timed(
         lambda: build_fleet_mail(
-            path, sender="bench@example.org", recipients=["team@example.org"], subject="bench"
+            path, sender="bench@example.org", recipients=["team@example.org"], subject="bench",
+            mail_page=fleet_mail_page(root / "wh_fleet", DAY),
         )
     )
     print(f"fleet mail:  build {t_mail:5.2f} s, {len(message.as_bytes()) / 1024:7.1f} KiB")
