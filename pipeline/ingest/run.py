@@ -339,22 +339,22 @@ class _RunIngest:
         self.log_parts.append(batch)
         self.log_bytes += text.nbytes
         if self.log_bytes >= LOG_WRITE_BYTES:
-            self.write_lines(wait=False)
+            self.write_lines(at_once=False)
         self._write_rows(rows, seg, ctx, name, first)
         return n_nul + res.n_nul, n_bad + lines.n_undecodable
 
-    def write_lines(self, wait: bool = True) -> None:
-        """Write the gathered `log_lines` batches as one write, after the previous one: with `wait` at once,
-        else in the writer thread."""
+    def write_lines(self, at_once: bool = True) -> None:
+        """Write the gathered `log_lines` batches as one write, after the previous one: `at_once` in this
+        thread, else in the writer thread."""
         if self.log_parts:
             batch = self.log_parts[0] if len(self.log_parts) == 1 else pa.concat_tables(self.log_parts)
             self.log_parts, self.log_bytes = [], 0
             self._flush_write()
-            if wait:
+            if at_once:
                 self.log_writer.write(batch)
             else:
                 self.pending_write = self.write_pool.submit(self.log_writer.write, batch)
-        if wait:
+        if at_once:
             self._flush_write()
 
     def _flush_write(self) -> None:
