@@ -195,7 +195,8 @@ bar_updates as (
         from texts as l
         join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
         join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
-        where l.kind = 'progress'
+        -- (a progress line among `texts` may be there for a notice it prints, not the bar)
+        where l.kind = 'progress' and l.text like '%Training Progress%'
     )
 ),
 bar as (

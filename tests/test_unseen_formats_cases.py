@@ -455,6 +455,12 @@ def _first_cases() -> list[Case]:
         startup(TR, total=15625),
         "\r".join(bar(s, 15625, _clock(s * 67), "", "67.01s/it") for s in range(0, 34)),
     ), "no_outcome", 33, None))
+    # a fork's own tqdm bar, described by its epoch and step, after verl's bar: the run got to verl's count
+    c.append(Case("bar_only_then_own_tqdm_bar_named_by_step", join(
+        startup(TR, total=40), bar(0, 40, "00:00", TR, "?it/s"),
+        [bar(s, 40, _clock(s * 70), TR, "70.02s/it") for s in range(1, 13)],
+        f"{TR}epoch 0, step 30: 100%|██████████| 64/64 [00:05<00:00, 12.01it/s]",
+    ), "no_outcome", 12, None))
     c.append(Case("snapshot_mid_rollout_vllm_warnings", join(
         trained_to(14, "bare", TR),
         f"{W}WARNING 06-01 10:31:02 [scheduler.py:1560] Sequence group 35 is preempted by PreemptionMode.RECOMPUTE "
