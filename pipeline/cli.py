@@ -69,7 +69,7 @@ def _analyze_one(args: argparse.Namespace) -> int:
     through the same asset jobs as a whole archive."""
     from pipeline import objectstore
     from pipeline.analysis import analyze_archive, entry_root, persistent_instance, resolve_entry, verdict
-    from pipeline.definitions import archive_from_env
+    from pipeline.resources import archive_from_env
 
     if objectstore.is_url(args.warehouse) or args.mail:
         print("error: --run analyses into a local warehouse and sends no mail; run `analyze ARCHIVE` for "
