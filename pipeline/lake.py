@@ -24,6 +24,8 @@ from pipeline.tables import names, per_run_tables
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 CATALOG_FILE = "warehouse.duckdb"
+# per catalog file: the version of it this process last wrote or read, and the views it holds
+_KNOWN_CATALOGS: dict[Path, tuple[tuple[int, int, int] | None, dict[str, str]]] = {}
 # threads that remove replaced partition folders at once (their waits are on the disk, not the CPU)
 _REMOVERS = 4
 
@@ -322,8 +324,13 @@ def refresh_catalog(warehouse: str | Path) -> Path:
     warehouse = Path(warehouse).resolve()
     final = warehouse / CATALOG_FILE
     sources = present_tables(warehouse)
+    found = _file_version(final)
+    # the catalog this process last wrote or read, unchanged since (opening it costs ~30 ms CPU, 80 ms wall)
+    if found is not None and _KNOWN_CATALOGS.get(final) == (found, sources):
+        return final
     written = _catalog_sources(final)
     if written == sources:
+        _KNOWN_CATALOGS[final] = (found, sources)
         return final
     kept = written or {}
     tmp = warehouse / f".{CATALOG_FILE}.{uuid.uuid4().hex}.tmp"
@@ -341,7 +348,17 @@ def refresh_catalog(warehouse: str | Path) -> Path:
     finally:
         con.close()
     os.replace(tmp, final)
+    _KNOWN_CATALOGS[final] = (_file_version(final), sources)
     return final
+
+
+def _file_version(path: Path) -> tuple[int, int, int] | None:
+    """What tells one version of a file from another (inode, modification time, size); None when missing."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _catalog_sources(catalog: Path) -> dict[str, str] | None:

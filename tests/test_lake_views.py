@@ -3,6 +3,8 @@ only when the set of tables changes, and `lake.connect` limited to the tables a 
 
 from __future__ import annotations
 
+import os
+
 import duckdb
 import pyarrow as pa
 
@@ -70,3 +72,21 @@ def test_connect_binds_only_the_tables_named(tmp_path):
     assert con.execute("select runs from fleet_daily").fetchone() == (2,)
     views = {n for (n,) in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
     assert views == {"run_summary", "fleet_daily"}
+
+
+def test_an_unchanged_catalog_is_not_opened_again_and_a_replaced_one_is(tmp_path, monkeypatch):
+    """Refreshed again with nothing changed, the catalog is not even opened; replaced meanwhile by another
+    writer's catalog without views, it is read, and written again with the view of step_health (2 rows)."""
+    wh = tmp_path / "wh"
+    lake.write_run_table(wh, "step_health", "run-a", pa.table({"step": [1, 2]}))
+    lake.refresh_catalog(wh)
+    opened = []
+    read = lake._catalog_sources
+    monkeypatch.setattr(lake, "_catalog_sources", lambda catalog: opened.append(catalog) or read(catalog))
+    lake.refresh_catalog(wh)
+    assert opened == []
+    other = wh / "other.duckdb"
+    duckdb.connect(str(other)).close()
+    os.replace(other, wh / lake.CATALOG_FILE)
+    lake.refresh_catalog(wh)
+    assert len(opened) == 1 and _views(wh) == {"step_health": 2}
