@@ -501,3 +501,18 @@ def test_reports_rendered_one_after_another_read_only_their_own_warehouse(tmp_pa
     assert 'data-failure-class="cuda_oom"' in first and 'id="events"' in first
     assert 'data-failure-class="completed"' in second
     assert 'id="events"' not in second and 'id="phase-table"' not in second
+
+
+def test_fleet_data_of_an_older_warehouse_counts_each_anomalous_step_as_an_episode(tmp_path):
+    """A run_summary without most columns and a step_anomalies written before episodes were numbered: the
+    runs are read from the columns there are, and each anomalous step counts as an episode."""
+    from pipeline.report.fleet_data import load_fleet
+
+    wh = tmp_path / "wh"
+    lake.write_run_table(wh, "run_summary", "old-run", pa.table({"failure_class": ["cuda_oom"], "last_step": [4]}))
+    lake.write_run_table(wh, "step_anomalies", "old-run", pa.table({
+        "step": pa.array([1, 2, 3, 4], pa.int64()), "is_anomaly": [True, False, True, True],
+        "anomaly_class": ["kl_spike", None, "kl_spike", "grad_explosion"]}))
+    [run] = load_fleet(wh, DAY).runs
+    assert (run.run_id, run.failure_class, run.last_step, run.goodput) == ("old-run", "cuda_oom", 4, None)
+    assert (run.episodes, run.anomalous_steps, run.top_anomaly) == (3, 3, "kl_spike")

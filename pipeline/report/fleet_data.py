@@ -11,13 +11,16 @@ from typing import Any
 import duckdb
 
 from pipeline import lake, vocabulary
-from pipeline.report.warehouse import clean, columns, rows, table_rows
+from pipeline.report.warehouse import clean, rows, table_rows
 
 FAILED_CLASSES = vocabulary.FAILED_CLASSES
 SUMMARY_COLUMNS = ("run_id", "failure_class", "last_step", "expected_steps", "goodput", "median_step_s",
                    "bottleneck_phase", "experiment_name", "root_cause_text", "last_ts", "mtime", "ingested_at")
-# the tables the fleet report reads: binding a view reads every one of its files' footers
-READS = ("run_summary", "step_anomalies", "run_baselines", "fleet_weekly", "fleet_config_groups")
+# the fleet tables the fleet report reads, each one file: viewed by name
+FLEET_READS = ("run_baselines", "fleet_weekly", "fleet_config_groups")
+# the per-run tables it reads, a file per run: read straight from their files, as binding a view over them
+# reads every file's footer, and the query then reads them again
+RUN_READS = ("run_summary", "step_anomalies")
 # a run is a regression when it is this much slower than the median of at least this many earlier runs
 REGRESSION_RATIO = 1.25
 MIN_PRIOR_RUNS = 2
@@ -68,12 +71,13 @@ class FleetReportData:
 
 def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
     """Every run that ended by the end of `day` (or has no time), and the weeks that ended by then."""
-    con = lake.connect(warehouse, only=READS)
+    sources = lake.present_tables(warehouse, only=RUN_READS)
+    if "run_summary" not in sources:
+        return FleetReportData(day=day, runs=[])
+    con = lake.connect(warehouse, only=FLEET_READS)
     try:
-        if not columns(con, "run_summary"):
-            return FleetReportData(day=day, runs=[])
         cutoff = datetime.combine(day + timedelta(days=1), datetime.min.time())
-        runs = [r for r in _runs(con) if r.ended_at is None or r.ended_at < cutoff]
+        runs = [r for r in _runs(con, sources) if r.ended_at is None or r.ended_at < cutoff]
         weeks = table_rows(con, "fleet_weekly", "week_end <= $day", {"day": day}, "week_start")
         groups = table_rows(con, "fleet_config_groups", order="runs desc, config_group")
     finally:
@@ -81,23 +85,28 @@ def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
     return FleetReportData(day=day, runs=runs, weeks=weeks, groups=groups)
 
 
-def _runs(con: duckdb.DuckDBPyConnection) -> list[FleetRun]:
-    have = set(columns(con, "run_summary"))
-    picks = ", ".join(c for c in SUMMARY_COLUMNS if c in have)
-    anomalies = _anomalies(con)
+def _runs(con: duckdb.DuckDBPyConnection, sources: dict[str, str]) -> list[FleetRun]:
+    # the columns of SUMMARY_COLUMNS the files have (an older warehouse may lack some), in one bind
+    found = rows(con, f"select columns(lambda c: list_contains($names, c)) from {sources['run_summary']}",
+                 {"names": list(SUMMARY_COLUMNS)})
+    anomalies = _anomalies(con, sources.get("step_anomalies"))
     baselines = {r["run_id"]: r for r in table_rows(con, "run_baselines")}
-    return [_fleet_run(r, anomalies.get(r["run_id"], {}), baselines.get(r["run_id"], {}))
-            for r in rows(con, f"select {picks} from run_summary")]
+    return [_fleet_run(r, anomalies.get(r["run_id"], {}), baselines.get(r["run_id"], {})) for r in found]
 
 
-def _anomalies(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
+def _anomalies(con: duckdb.DuckDBPyConnection, source: str | None) -> dict[str, dict[str, Any]]:
     """Per run: anomaly episodes, anomalous steps and the most frequent class (step_anomalies)."""
-    have = set(columns(con, "step_anomalies"))
-    if not have:
+    if source is None:
         return {}
-    episodes = "count(distinct episode_id)" if "episode_id" in have else "count(*)"
-    found = rows(con, f"select run_id, {episodes} as episodes, count(*) as steps, mode(anomaly_class) as top "
-                      "from step_anomalies where is_anomaly group by run_id")
+    def query(episodes: str) -> str:
+        return (f"select run_id, {episodes} as episodes, count(*) as steps, mode(anomaly_class) as top "
+                f"from {source} where is_anomaly group by run_id")
+
+    try:
+        found = rows(con, query("count(distinct episode_id)"))
+    except duckdb.BinderException:
+        # step_anomalies written before episodes were numbered: each anomalous step counts as one
+        found = rows(con, query("count(*)"))
     return {r["run_id"]: r for r in found}
 
 
