@@ -101,6 +101,10 @@ def test_nightly_job_rebuilds_the_fleet_and_mails_its_report(fleet, mail_setting
     assert all(rid in _text_part(mail) for rid in fleet.labels)
     html = mail.message.get_body(("html",)).get_content()
     assert all(f"https://health.test.local/reports/runs/{rid}.html" in html for rid in fleet.labels)
+    # the page's charts are SVG, which mail clients do not show: the mail carries them as inline PNG images
+    assert "<svg" not in html and html.count('src="cid:') == 3
+    assert [p.get_content_type() for p in mail.message.walk() if p.get_content_disposition() == "inline"] == [
+        "image/png"] * 3
 
 
 def test_analyze_mail_sends_the_fleet_report(fleet, mail_settings, capsys):
