@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from datetime import date, datetime
 from pathlib import Path
 
@@ -516,3 +518,13 @@ def test_fleet_data_of_an_older_warehouse_counts_each_anomalous_step_as_an_episo
     [run] = load_fleet(wh, DAY).runs
     assert (run.run_id, run.failure_class, run.last_step, run.goodput) == ("old-run", "cuda_oom", 4, None)
     assert (run.episodes, run.anomalous_steps, run.top_anomaly) == (3, 3, "kl_spike")
+
+
+def test_the_fleet_page_is_drawn_without_matplotlib(built, tmp_path):
+    """The page's charts are SVG: rendering it in a fresh process imports no matplotlib (only a mail draws PNGs)."""
+    code = ("import sys, datetime\nfrom pipeline.report import render_fleet_report\n"
+            f"render_fleet_report({str(built['warehouse'])!r}, {str(tmp_path)!r}, datetime.date(2026, 11, 28))\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    assert page(tmp_path / "fleet" / "2026-11-28.html").find("div", data_chart="weekly") is not None
