@@ -15,7 +15,6 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
-from sklearn.ensemble import IsolationForest
 
 from pipeline.detect.decide import decide
 from pipeline.detect.features import build_features
@@ -159,6 +158,8 @@ def raw_forest_baseline(train: pd.DataFrame, test: pd.DataFrame, config: Anomaly
         return np.where(np.isnan(x), med, x)
 
     med = np.nanmedian(train[cols].to_numpy(dtype=float), axis=0)
+    from sklearn.ensemble import IsolationForest
+
     forest = IsolationForest(n_estimators=config.n_estimators, contamination=RAW_CONTAMINATION,
                              max_samples=min(config.max_samples, len(train)), random_state=config.random_state)
     forest.fit(matrix(train))

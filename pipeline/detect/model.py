@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from sklearn.ensemble import IsolationForest
+
+if TYPE_CHECKING:
+    from sklearn.ensemble import IsolationForest
 
 from pipeline.detect.rules import Rule, apply_rules, load_rules
 from pipeline.detect.signals import SIGNAL_FEATURES
@@ -57,7 +60,7 @@ class AnomalyModelConfig:
 class FittedModel:
     """The forest with what it was fitted with: its input floor, gate, typical score, thresholds, fleet baseline."""
 
-    forest: IsolationForest | None
+    forest: "IsolationForest | None"
     features: tuple[str, ...]
     floor: np.ndarray
     gate: float
@@ -114,6 +117,8 @@ def fit_model(features: pd.DataFrame, config: AnomalyModelConfig | None = None,
     x = np.maximum(x, floor)
     # fitted as "auto", which leaves the training steps unscored: with a share, sklearn's fit scores them
     # for its offset and the typical score needs them again; scored once here, the offset set as sklearn sets it
+    from sklearn.ensemble import IsolationForest
+
     forest = IsolationForest(
         n_estimators=config.n_estimators,
         contamination="auto",

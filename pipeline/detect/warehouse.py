@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import pickle
@@ -18,7 +19,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import sklearn
 
 from pipeline.detect.features import build_features, fleet_baseline_for, group_medians
 from pipeline.detect.model import MODEL_VERSION, AnomalyModelConfig, FittedModel, fit_model
@@ -156,7 +156,7 @@ def _description(path: Path, fitted: FittedModel, config: AnomalyModelConfig, tr
         "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "fitted_at_unix": round(time.time(), 3),
         "fit_seconds": round(seconds, 2),
-        "sklearn_version": sklearn.__version__,
+        "sklearn_version": importlib.metadata.version("scikit-learn"),
         "settings": asdict(config),
         "features": list(fitted.features),
         "gate_score": fitted.gate,
