@@ -35,3 +35,10 @@ def test_subcommand_options_still_load_when_named():
     helps = {cmd: subprocess.run([sys.executable, "-m", "pipeline.cli", cmd, "--help"], capture_output=True,
                                  text=True, check=True).stdout for cmd in ("simulate", "evaluate")}
     assert "--seed" in helps["simulate"] and "--test-seeds" in helps["evaluate"]
+
+
+def test_the_asset_graph_loads_no_forest_nor_plotting_library():
+    """An unchanged run's `analyze --run` fits nothing and mails nothing: scikit-learn and matplotlib wait."""
+    probe = "import sys, pipeline.analysis; print([m for m in ('sklearn', 'matplotlib') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
