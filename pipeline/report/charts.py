@@ -441,6 +441,7 @@ def _panel_svg(steps: np.ndarray, panel: Panel, episodes, anomaly_steps: np.ndar
 
 
 def svg_chart(name: str, alt: str, panels_svg: list[str], after: str = "") -> Chart:
+    """A chart of inline SVG panels (and `after`, HTML below them) in one labelled group, with the charts' style."""
     html = (f'<div class="vhc" role="group" data-chart="{name}" aria-label="{escape(alt)}">'
             f"<style>{STYLE}</style>{''.join(panels_svg)}{after}</div>")
     return Chart(name=name, alt=alt, svg=Markup(html))
