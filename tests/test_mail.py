@@ -255,6 +255,16 @@ def test_fleet_report_mail_asset_sends_through_the_smtp_resource(starttls_server
     assert PASSWORD not in caplog.text and PASSWORD.encode() not in raw
     assert len(parse_html(got.get_body(("html",)).get_content()).find_all("img")) == 3
     assert [p.get_content_type() for p in got.walk() if p.get_content_disposition() == "inline"] == ["image/png"] * 3
+    # mailed on its own days after the report (no day tag: a re-send), the mail shows the report it attaches
+    [attached] = [p.get_payload(decode=True).decode("utf-8") for p in got.walk()
+                  if p.get_content_disposition() == "attachment"]
+    assert _heading(got.get_body(("html",)).get_content()) == _heading(attached)
+
+
+def _heading(html: str) -> tuple[str, str]:
+    """A fleet page's title and its line of run counts and days, the time it was generated aside."""
+    page = parse_html(html)
+    return page.find("h1").text(), re.sub(r"\s*·\s*generated.*", "", page.find("span", cls="meta").text(), flags=re.S)
 
 
 def test_the_page_draws_its_charts_as_svg_and_the_mail_as_png(fleet_report, mail_page):

@@ -14,7 +14,7 @@ from pipeline import tables
 from pipeline.partitions import run_partitions
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
 from pipeline.report.batch import render_run_reports
-from pipeline.report.render import fleet_mail_page
+from pipeline.report.render import fleet_mail_page, fleet_report_day
 from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 
 DAY_TAG = "verl-health/day"
@@ -70,7 +70,8 @@ def fleet_report_mail(context: AssetExecutionContext, warehouse: WarehouseResour
     if not smtp.enabled:
         context.log.info("mail not configured (no SMTP host or recipients); nothing sent")
         return MaterializeResult(metadata={"sent": False, "reason": "mail not configured"})
-    day = report_day(context)
+    # the day of the report it mails, which a mail sent on its own (a re-send, no day tag) does not know
+    day = fleet_report_day(report_path) or report_day(context)
     message = build_fleet_mail(
         report_path,
         sender=smtp.sender,

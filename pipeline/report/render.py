@@ -8,6 +8,7 @@ charts instead of SVG (mail clients show no SVG), rendered only when a mail is b
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from datetime import date
 from pathlib import Path
@@ -33,6 +34,8 @@ from pipeline.report.run_data import RunReportData, load_run
 from pipeline.report.run_page import run_context
 
 TEMPLATES = Path(__file__).parent / "templates"
+# the day a fleet page is for, as its heading records it
+REPORT_DAY_RE = re.compile(r'data-report-day="(\d{4}-\d\d-\d\d)"')
 
 
 def run_href(run_id: str, prefix: str = "../runs/") -> str | None:
@@ -103,6 +106,12 @@ def render_fleet_report(warehouse: str | Path, reports_dir: str | Path, day: dat
         _write(folder / f"{name}.txt", text)
         _write(folder / f"{name}.html", html)
     return folder / f"{day.isoformat()}.html"
+
+
+def fleet_report_day(report: Path) -> date | None:
+    """The day a written fleet report is for; None for a page that does not record it."""
+    found = REPORT_DAY_RE.search(report.read_text(encoding="utf-8"))
+    return date.fromisoformat(found[1]) if found else None
 
 
 def fleet_mail_page(warehouse: str | Path, day: date) -> str:
