@@ -60,7 +60,7 @@ class AnomalyModelConfig:
 class FittedModel:
     """The forest with what it was fitted with: its input floor, gate, typical score, thresholds, fleet baseline."""
 
-    forest: "IsolationForest | None"
+    forest: IsolationForest | None
     features: tuple[str, ...]
     floor: np.ndarray
     gate: float
