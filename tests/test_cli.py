@@ -146,3 +146,17 @@ def test_a_run_without_a_step_analyses_into_a_fresh_warehouse(tmp_path, monkeypa
     out = capsys.readouterr().out
     assert "anomaly model:" not in out
     assert (tmp_path / "wh" / "models" / "anomaly_model.json").is_file()
+
+
+def test_analyze_without_a_dagster_record(tmp_path, monkeypatch, capsys):
+    """`--no-record` keeps Dagster's record in memory: the same verdicts and reports, no Dagster home written."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    labels = simulate_fleet(Path("sim"), runs=2, seed=8)
+    assert main(["analyze", "sim/archive", "--warehouse", "wh", "--reports", "rep", "--no-record"]) == 0
+    run_id, lab = sorted(labels["runs"].items())[0]
+    assert main(["analyze", "--run", str(tmp_path / "sim" / "archive" / lab["entry"]), "--force", "--no-record",
+                 "--warehouse", "wh", "--reports", "rep"]) == 0
+    assert f"{run_id}: {lab['failure_class']} at step {lab['last_step']}" in capsys.readouterr().out
+    assert sorted(p.stem for p in (tmp_path / "rep" / "runs").glob("*.html")) == sorted(labels["runs"])
+    assert not (tmp_path / "dagster").exists()
