@@ -17,9 +17,14 @@ from pipeline.lake import write_run_table
 
 from .schemas import STEP_METRICS_SCHEMA
 
-RANKED_SOURCES = pa.array(["console", "seed_kv", "seed_timing"], pa.string())
-RANKS = pa.array([0, 1, 1], pa.int8())  # of RANKED_SOURCES; any other source ranks 2
-SOURCE_RANK = "case source when 'console' then 0 when 'seed_kv' then 1 when 'seed_timing' then 1 else 2 end"
+# a source's rank when a (step, key) repeats (lower wins); any other source ranks `OTHER_RANK`
+SOURCE_RANKS = {"console": 0, "seed_kv": 1, "seed_timing": 1}
+OTHER_RANK = 2
+RANKED_SOURCES = pa.array(list(SOURCE_RANKS), pa.string())
+RANKS = pa.array(list(SOURCE_RANKS.values()), pa.int8())  # of RANKED_SOURCES
+SOURCE_RANK = (
+    "case source " + " ".join(f"when '{s}' then {r}" for s, r in SOURCE_RANKS.items()) + f" else {OTHER_RANK} end"
+)
 # One value per (step, key): the later segment wins, then console over the seed formats over JSONL,
 # then the later line. JSONL rows carry segment -1: the file logger is truncated at every start-up,
 # so what it holds belongs to the last segment.
@@ -71,7 +76,7 @@ def reconciled(raw: pa.Table) -> pa.Table:
         return raw
     segment = raw.column("segment").to_numpy()
     segment = pa.array(np.where(segment < 0, segment.max(), segment).astype(np.int32))
-    rank = pc.fill_null(RANKS.take(pc.index_in(raw.column("source"), RANKED_SOURCES)), 2)
+    rank = pc.fill_null(RANKS.take(pc.index_in(raw.column("source"), RANKED_SOURCES)), OTHER_RANK)
     keys = pa.table({
         "step": raw.column("step"), "key": raw.column("key"), "segment": segment, "rank": rank,
         "file": raw.column("file"), "line_no": raw.column("line_no"), "order": np.arange(raw.num_rows),
