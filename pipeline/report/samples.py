@@ -9,7 +9,7 @@ from typing import Any
 
 import duckdb
 
-from pipeline.report.warehouse import by_run
+from pipeline.report.warehouse import by_run, rows
 
 MAX_SHOWN = 24
 # steps either side of an anomaly episode whose samples count as around it
@@ -75,12 +75,10 @@ def load_samples(con: duckdb.DuckDBPyConnection,
     those around anomaly episodes and with cues first, then best and worst), in step order, and how many
     samples the log printed in all."""
     try:
-        cur = con.execute("select * from run_samples where list_contains($ids, run_id) order by run_id, sample_no",
-                          {"ids": list(episodes)})
+        found = by_run(rows(con, "select * from run_samples where list_contains($ids, run_id) "
+                                 "order by run_id, sample_no", {"ids": list(episodes)}), drop=False)
     except duckdb.CatalogException:
         return {rid: RunSamples([], 0) for rid in episodes}
-    names = [d[0] for d in cur.description]
-    found = by_run([dict(zip(names, r, strict=True)) for r in cur.fetchall()], drop=False)
     return {rid: _shown(found.get(rid, []), near) for rid, near in episodes.items()}
 
 
