@@ -259,12 +259,21 @@ def logged(t: datetime, level: str, msg: str, pre: str = "") -> str:
     return f"{pre}{level}:{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d}:{msg}"
 
 
-def join(*parts: list[str] | str) -> str:
-    """Lines joined into a log's text."""
+def _lines(parts: tuple[list[str] | str, ...]) -> list[str]:
     out: list[str] = []
     for p in parts:
         out += [p] if isinstance(p, str) else p
-    return "\n".join(out) + "\n"
+    return out
+
+
+def join(*parts: list[str] | str) -> str:
+    """Lines joined into a log's text."""
+    return "\n".join(_lines(parts)) + "\n"
+
+
+def prefixed(pre: str, *parts: list[str] | str) -> list[str]:
+    """Lines one process printed, each behind that process's prefix `pre`."""
+    return [pre + line for line in _lines(parts)]
 
 
 T0 = datetime(2025, 6, 1, 10, 0, 0)
@@ -809,12 +818,11 @@ def _third_cases() -> list[Case]:
     # Ctrl-C whose traceback shows where the trainer waited
     c.append(Case("ctrl_c_traceback_in_fit", join(
         trained_to(5, "np2", TR),
-        f"{TR}Traceback (most recent call last):",
-        f'{TR}  File "/workspace/verl/verl/trainer/ppo/ray_trainer.py", line 1094, in fit',
-        f"{TR}    old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)",
-        f'{TR}  File "/usr/local/lib/python3.10/dist-packages/ray/_private/worker.py", line 871, in get_objects',
-        f"{TR}    ] = self.core_worker.get_objects(",
-        f"{TR}KeyboardInterrupt",
+        prefixed(TR, "Traceback (most recent call last):",
+                 fit_frame(1094, "old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)"),
+                 frame("/usr/local/lib/python3.10/dist-packages/ray/_private/worker.py", 871, "get_objects",
+                       "] = self.core_worker.get_objects("),
+                 "KeyboardInterrupt"),
     ), "interrupted", 5, "old_log_prob", stop_reason="keyboard", root="KeyboardInterrupt"))
     # a second run appended to the same file (`tee -a`), started from scratch without any start-up notice
     c.append(Case("restart_appended_without_markers", join(
@@ -999,11 +1007,11 @@ def _fourth_cases() -> list[Case]:
     # Python ignored an exception in a finaliser (a DataLoader's worker iterator): the run went on
     c.append(Case("exception_ignored_in_finaliser", join(
         trained_to(7, "np2", TR),
-        f"{TR}Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3b2c1d5e50>",
-        f"{TR}Traceback (most recent call last):",
-        f'{TR}  File "/usr/local/lib/python3.10/dist-packages/torch/utils/data/dataloader.py", line 1479, in __del__',
-        f"{TR}    self._shutdown_workers()",
-        f"{TR}AssertionError: can only test a child process",
+        prefixed(TR, "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3b2c1d5e50>",
+                 "Traceback (most recent call last):",
+                 frame("/usr/local/lib/python3.10/dist-packages/torch/utils/data/dataloader.py", 1479, "__del__",
+                       "self._shutdown_workers()"),
+                 "AssertionError: can only test a child process"),
     ), "no_outcome", 7, None))
     # Search-R1's PPO: the critic's backward runs out of device memory in the first step
     mt = prefix("plain", "main_task", 162009)
