@@ -139,24 +139,15 @@ def _parquet_files(folder: Path, attempts: int = 3) -> list[Path]:
     return []
 
 
-def _has_partitions(folder: Path) -> bool:
-    """Whether a per-run table folder holds at least one run's Parquet file."""
-    try:
-        with os.scandir(folder) as entries:
-            runs = [Path(e.path) for e in entries if e.name.startswith("run_id=")]
-    except FileNotFoundError:
-        return False
-    return any(_parquet_files(run) for run in runs)
-
-
 def a_run_of(warehouse: str | Path, table: str) -> str | None:
     """A run that has a partition of the per-run `table` (the first by name), or None."""
+    folder = table_dir(warehouse, table)
     try:
-        with os.scandir(table_dir(warehouse, table)) as entries:
+        with os.scandir(folder) as entries:
             runs = sorted(e.name for e in entries if e.name.startswith("run_id="))
     except FileNotFoundError:
         return None
-    return next((run.split("=", 1)[1] for run in runs if _parquet_files(table_dir(warehouse, table) / run)), None)
+    return next((run.split("=", 1)[1] for run in runs if _parquet_files(folder / run)), None)
 
 
 def _staging_dir(warehouse: str | Path, table: str) -> Path:
@@ -261,7 +252,7 @@ def table_source(warehouse: str | Path, table: str, run_ids: Iterable[str] | Non
     if not folder.is_dir():
         return None
     if run_ids is None:
-        if not _has_partitions(folder):
+        if a_run_of(warehouse, table) is None:
             return None
         files = sql_literal(folder / "run_id=*" / "*.parquet")
     else:
