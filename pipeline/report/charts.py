@@ -187,11 +187,13 @@ class _Scale:
         return self.p0 + (v - self.lo) / (self.hi - self.lo) * (self.p1 - self.p0)
 
 
-def _path(px: np.ndarray, py: np.ndarray, breaks: np.ndarray | None = None) -> str:
+def svg_path(px: np.ndarray, py: np.ndarray, breaks: np.ndarray | None = None) -> str:
     """An SVG path through the points, lifting the pen before each point where `breaks` is set."""
     cmds = ["L"] * len(px)
-    for i in [0, *(np.flatnonzero(breaks).tolist() if breaks is not None else [])][: len(px)]:
+    for i in np.flatnonzero(breaks).tolist() if breaks is not None else []:
         cmds[i] = "M"
+    if cmds:
+        cmds[0] = "M"
     return "".join(f"{c}{x:.1f} {y:.1f}" for c, x, y in zip(cmds, px.tolist(), py.tolist(), strict=True))
 
 
@@ -401,7 +403,7 @@ def _series_marks(steps: np.ndarray, y: np.ndarray, xs: _Scale, ys: _Scale, cls:
     missing = np.cumsum(~np.isfinite(y))
     breaks = np.zeros(len(idx), dtype=bool)
     breaks[1:] = missing[idx[1:]] != missing[idx[:-1]]
-    return f'<path class="l {cls}" d="{_path(xs(steps[idx]), ys(y[idx]), breaks)}"/>'
+    return f'<path class="l {cls}" d="{svg_path(xs(steps[idx]), ys(y[idx]), breaks)}"/>'
 
 
 def _panel_svg(steps: np.ndarray, panel: Panel, episodes, anomaly_steps: np.ndarray, xlim) -> str:
@@ -496,7 +498,7 @@ def phase_chart(steps: np.ndarray, phases: dict[str, np.ndarray]) -> Chart | Non
                                                                                                   strict=True))
         else:
             px = xs(x)
-            d = _path(np.concatenate([px, px[::-1]]), np.concatenate([yscale(top), yscale(base)[::-1]])) + "Z"
+            d = svg_path(np.concatenate([px, px[::-1]]), np.concatenate([yscale(top), yscale(base)[::-1]])) + "Z"
         out.append(f'<path fill="{color}" d="{d}"><title>{escape(name)}</title></path>')
         base = top
     out.append(f'<path class="a" d="M{LEFT} {H - BOTTOM}H{W - RIGHT}"/>')

@@ -16,7 +16,7 @@ from html import escape
 
 import numpy as np
 
-from pipeline.report.charts import PHASE_COLORS, SCALE, Chart, fmt, nice_ticks, svg_chart, svg_text
+from pipeline.report.charts import PHASE_COLORS, SCALE, Chart, fmt, nice_ticks, svg_chart, svg_path, svg_text
 
 DPI = 100 * SCALE
 FAIL_COLOR = "#c0392b"
@@ -198,8 +198,8 @@ def _weekly_svg(weeks: list[tuple[str, int, int, float | None]], alt: str) -> Ch
         out.append(svg_text(WIDE - 4, y1 - 8, "median step (s)", anchor="end"))
         finite = np.isfinite(med)
         pts = [(float(c), float(my(v))) for c, v, f in zip(centers, med, finite, strict=True) if f]
-        d = "".join(f"{'M' if i == 0 or not finite[j - 1] else 'L'}{c:.1f} {v:.1f}"
-                    for i, (j, (c, v)) in enumerate(zip(np.flatnonzero(finite).tolist(), pts, strict=True)))
+        # the line lifts its pen over a week without a median
+        d = svg_path(centers[finite], my(med[finite]), ~finite[np.flatnonzero(finite) - 1])
         out.append(f'<path d="{d}" fill="none" stroke-width="1.4" style="stroke:{LINE_COLOR}"/>')
         out += [f'<circle cx="{c:.1f}" cy="{v:.1f}" r="2.8" style="fill:{LINE_COLOR}"/>' for c, v in pts]
     out.append(f'<path class="a" d="M{x0} {y0}H{x1:.1f}"/>')
