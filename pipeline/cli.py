@@ -18,6 +18,13 @@ def _print_model_note(outcome) -> None:
         print(f"anomaly model: {NO_STEPS}")
 
 
+def _dagster_instance(args: argparse.Namespace):
+    """Where `analyze` records its Dagster runs: the Dagster home, or memory only with `--no-record`."""
+    from pipeline.analysis import persistent_instance
+
+    return None if args.no_record else persistent_instance(args.warehouse)
+
+
 def _print_outcome(outcome, reports: Path) -> None:
     print(f"analysed {len(outcome.run_ids)} runs in {outcome.seconds:.1f} s")
     _print_model_note(outcome)
@@ -36,7 +43,7 @@ def _print_outcome(outcome, reports: Path) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Materialise every asset in-process for every run in the archive, or for the one run of `--run`."""
     from pipeline import objectstore
-    from pipeline.analysis import analyze_archive, analyze_with_object_store, persistent_instance
+    from pipeline.analysis import analyze_archive, analyze_with_object_store
 
     if args.run:
         return _analyze_one(args)
@@ -59,7 +66,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(f"error: archive {archive} is not a folder", file=sys.stderr)
         return 2
     outcome = analyze_archive(archive, Path(args.warehouse), Path(args.reports), quiet_period_s=args.quiet_period,
-                              instance=None if args.no_record else persistent_instance(args.warehouse), **options)
+                              instance=_dagster_instance(args), **options)
     _print_outcome(outcome, Path(args.reports))
     return 0
 
@@ -68,7 +75,7 @@ def _analyze_one(args: argparse.Namespace) -> int:
     """`analyze --run`: one finished run, by path or by run_id under the archive (what a launcher calls),
     through the same asset jobs as a whole archive."""
     from pipeline import objectstore
-    from pipeline.analysis import analyze_archive, entry_root, persistent_instance, resolve_entry, verdict
+    from pipeline.analysis import analyze_archive, entry_root, resolve_entry, verdict
     from pipeline.resources import archive_from_env
 
     if objectstore.is_url(args.warehouse) or args.mail:
@@ -82,8 +89,7 @@ def _analyze_one(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     outcome = analyze_archive(entry_root(entry, archive.root), Path(args.warehouse), Path(args.reports),
-                              instance=None if args.no_record else persistent_instance(args.warehouse),
-                              force=args.force, refit=args.refit,
+                              instance=_dagster_instance(args), force=args.force, refit=args.refit,
                               include={entry.run_id})
     print(f"{entry.run_id}: {verdict(args.warehouse, entry.run_id)}")
     _print_model_note(outcome)
