@@ -36,10 +36,13 @@ mutation: $(STAMP)
 
 # the instance `verl-health analyze` and `demo` record their runs in (data/dagster unless DAGSTER_HOME is set)
 DAGSTER_HOME ?= $(CURDIR)/data/dagster
+# a launched range run plans each asset in one event, as `analyze` does (pipeline/dagster_storage.py)
+DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS ?= true
 
 ui: $(STAMP)
 	mkdir -p $(DAGSTER_HOME)
-	DAGSTER_HOME=$(DAGSTER_HOME) $(VENV)/bin/dagster dev -w workspace.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME) DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=$(DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS) \
+		$(VENV)/bin/dagster dev -w workspace.yaml
 
 clean:
 	rm -rf data reports/runs reports/fleet .pytest_cache

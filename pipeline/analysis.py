@@ -21,7 +21,7 @@ from pipeline.assets import (
     RUN_BEFORE_MODEL,
 )
 from pipeline.assets.report import DAY_TAG
-from pipeline.dagster_storage import skip_flush_under
+from pipeline.dagster_storage import plan_ranges_in_one_event, skip_flush_under
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.lake import connect, refresh_catalog
 from pipeline.partitions import RUN_PARTITIONS_NAME
@@ -136,6 +136,7 @@ def analyze_archive(
         run_ids, unchanged = split_changed(finished, warehouse, reports)
     skipped = {**found.skipped, **{e.run_id: "not finished yet" for e in wanted if not e.finished}}
     instance = instance or DagsterInstance.ephemeral()
+    plan_ranges_in_one_event()
     existing = set(instance.get_dynamic_partitions(RUN_PARTITIONS_NAME))
     instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, [r for r in run_ids if r not in existing])
     # The range tags select by partition order: one range per stretch of consecutive runs of ours.

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
 from dagster import (
     AssetKey,
     BackfillPolicy,
+    DagsterEventType,
     DagsterInstance,
     DynamicPartitionsDefinition,
     asset,
@@ -15,7 +17,9 @@ from dagster import (
 )
 from sqlalchemy import create_engine, text
 
-from pipeline.analysis import persistent_instance
+from pipeline.analysis import analyze_archive, persistent_instance
+from pipeline.dagster_storage import PLANNED_AS_ONE_EVENT
+from pipeline.simulate import simulate_fleet
 
 PARTS = DynamicPartitionsDefinition(name="runs")
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}  # SQLite's pragma values
@@ -78,3 +82,41 @@ def test_an_operators_dagster_yaml_keeps_sqlites_flush(tmp_path, monkeypatch):
     with persistent_instance(tmp_path / "warehouse") as instance:
         assert materialize([counted], instance=instance).success
     assert _synchronous(home / "history" / "runs.db") == "FULL"
+
+
+# The per-run assets (DESIGN.md's per-run tables and the pipeline's own), each planned for every run of a batch
+PER_RUN_ASSETS = {"runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
+                  "config_findings", "run_advice", "run_samples", "step_anomalies", "run_report"}
+
+
+def _planned(instance) -> list[tuple[str, str | None, int]]:
+    """(asset, partition, partitions in its subset) of every planned-materialisation event in the instance."""
+    out = []
+    for run in instance.get_runs():
+        for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED):
+            data = entry.dagster_event.event_specific_data
+            subset = data.partitions_subset
+            out.append((data.asset_key.to_user_string(), data.partition,
+                        len(subset.get_partition_keys()) if subset is not None else 0))
+    return out
+
+
+@pytest.mark.parametrize("setting", [None, "false"])
+def test_analyze_plans_a_batchs_materialisations_in_one_event_per_asset(tmp_path, monkeypatch, setting):
+    """A batch of 3 runs records one planned event per per-run asset holding all 3 partitions (not 3 events),
+    every partition is materialised all the same, and an environment that says otherwise is obeyed."""
+    monkeypatch.delenv(PLANNED_AS_ONE_EVENT, raising=False)
+    if setting is not None:
+        monkeypatch.setenv(PLANNED_AS_ONE_EVENT, setting)
+    labels = simulate_fleet(tmp_path / "sim", runs=3, seed=8)
+    runs = set(labels["runs"])
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    with persistent_instance(tmp_path / "wh") as instance:
+        analyze_archive(tmp_path / "sim" / "archive", tmp_path / "wh", tmp_path / "rep", instance=instance)
+        planned = [p for p in _planned(instance) if p[0] in PER_RUN_ASSETS]
+        if setting is None:
+            assert sorted(planned) == sorted((a, None, 3) for a in PER_RUN_ASSETS)
+        else:
+            assert sorted(planned) == sorted((a, r, 0) for a in PER_RUN_ASSETS for r in runs)
+        for name in PER_RUN_ASSETS:
+            assert instance.get_materialized_partitions(AssetKey(name)) == runs, name
