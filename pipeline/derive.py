@@ -10,7 +10,6 @@ import functools
 import shutil
 import time
 import tomllib
-import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -191,10 +190,8 @@ def _run_table(
     of the table then reads the new partitions.
     """
     run_ids = [lake.check_run_id(r) for r in run_ids]
-    staging = lake.table_dir(warehouse, name) / f".staging-{uuid.uuid4().hex}"
-    staging.parent.mkdir(parents=True, exist_ok=True)
     params = _params(name, run_ids, thresholds)
-    try:
+    with lake.staged_run_partitions(warehouse, name, run_ids) as staging:
         rows, written = _query_into(con, warehouse, name, params, staging)
         empty = None
         for rid in run_ids:
@@ -203,10 +200,6 @@ def _run_table(
                 part = staging / f"run_id={rid}"
                 part.mkdir()
                 (part / "part-0.parquet").write_bytes(empty)
-        lake.swap_all_into_place((staging / f"run_id={rid}", lake.run_partition_dir(warehouse, name, rid))
-                                 for rid in run_ids)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     if read_after:
         _refresh_view(con, warehouse, name, run_ids)
     return rows

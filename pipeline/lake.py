@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -154,6 +154,19 @@ def _staging_dir(warehouse: str | Path, table: str) -> Path:
     path = table_dir(warehouse, table) / f".staging-{uuid.uuid4().hex}"
     path.mkdir(parents=True)
     return path
+
+
+@contextmanager
+def staged_run_partitions(warehouse: str | Path, table: str, run_ids: Iterable[str]) -> Iterator[Path]:
+    """A new staging folder of the per-run `table` to write `run_id=<id>` folders into; when the block ends without
+    an error, each run of `run_ids` has its folder swapped into place (`swap_all_into_place`). The staging folder
+    is removed either way."""
+    staging = _staging_dir(warehouse, table)
+    try:
+        yield staging
+        swap_all_into_place((staging / f"run_id={rid}", run_partition_dir(warehouse, table, rid)) for rid in run_ids)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_run_table(

@@ -32,3 +32,28 @@ def test_a_batch_of_swaps_replaces_each_run_and_removes_what_it_replaced(tmp_pat
         [part] = lake.run_partition_dir(tmp_path, "step_health", rid).iterdir()
         assert pq.read_table(part).column("writer").to_pylist() == [rid] * 3
     assert list(staging.iterdir()) == []
+
+
+def test_staged_partitions_replace_the_runs_together_or_not_at_all(tmp_path):
+    """Written through `staged_run_partitions`: both runs hold the new rows and no staging folder is left; when
+    the block fails half-way, both keep their old rows and no staging folder is left either."""
+    def fill(staging, rows):
+        for rid in ("run-a", "run-b"):
+            (staging / f"run_id={rid}").mkdir()
+            pq.write_table(pa.table({"step": rows}), staging / f"run_id={rid}" / "part-0.parquet")
+
+    def steps(rid):
+        [part] = lake.run_partition_dir(tmp_path, "step_health", rid).iterdir()
+        return pq.read_table(part).column("step").to_pylist()
+
+    for rid in ("run-a", "run-b"):
+        lake.write_run_table(tmp_path, "step_health", rid, pa.table({"step": [0]}))
+    with lake.staged_run_partitions(tmp_path, "step_health", ["run-a", "run-b"]) as staging:
+        fill(staging, [1, 2])
+    assert (steps("run-a"), steps("run-b")) == ([1, 2], [1, 2])
+    with pytest.raises(RuntimeError), lake.staged_run_partitions(tmp_path, "step_health", ["run-a", "run-b"]) as staging:
+        fill(staging, [7])
+        raise RuntimeError("the query failed")
+    assert (steps("run-a"), steps("run-b")) == ([1, 2], [1, 2])
+    folder = lake.table_dir(tmp_path, "step_health")
+    assert sorted(p.name for p in folder.iterdir()) == [".locks", "run_id=run-a", "run_id=run-b"]

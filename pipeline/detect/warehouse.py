@@ -7,9 +7,7 @@ import importlib.metadata
 import json
 import logging
 import pickle
-import shutil
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import pyarrow.parquet as pq
 from pipeline.detect.features import build_features, fleet_baseline_for, group_medians
 from pipeline.detect.model import MODEL_VERSION, AnomalyModelConfig, FittedModel, fit_model
 from pipeline.detect.step_anomalies import STEP_ANOMALIES_SCHEMA, run_chunks, runs_part, score_frame
-from pipeline.lake import check_run_id, run_partition_dir, swap_all_into_place, table_dir, table_source
+from pipeline.lake import check_run_id, staged_run_partitions, table_source
 
 log = logging.getLogger(__name__)
 
@@ -188,16 +186,12 @@ def _write_partitions(warehouse, result: pd.DataFrame, run_ids: list[str]) -> No
         change = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
         ends = np.r_[change[1:], len(ids)]
         bounds = {ids[s]: (s, e) for s, e in zip(change, ends, strict=True)}
-    staging = table_dir(warehouse, ANOMALIES) / f".staging-{uuid.uuid4().hex}"
-    try:
+    with staged_run_partitions(warehouse, ANOMALIES, run_ids) as staging:
         for rid in run_ids:
             part = staging / f"run_id={check_run_id(rid)}"
-            part.mkdir(parents=True)
+            part.mkdir()
             s, e = bounds.get(rid, (0, 0))
             pq.write_table(table.slice(s, e - s), part / "part-0.parquet", compression="zstd")
-        swap_all_into_place((staging / f"run_id={rid}", run_partition_dir(warehouse, ANOMALIES, rid)) for rid in run_ids)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def score_runs(warehouse: str | Path, run_ids) -> int:

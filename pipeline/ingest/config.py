@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .lines import _mask
+from .lines import true_mask
 
 PREFIX_RE = r"^\([^)]*\) "
 PREFIX = re.compile(PREFIX_RE)
@@ -104,10 +104,10 @@ class ConfigCollector:
         """The lines of `lines` that belong to the block (up to the one closing it), and how many were offered."""
         m = len(lines)
         if self.prefix:
-            candidates = np.flatnonzero(_mask(pc.starts_with(lines, self.prefix)))
+            candidates = np.flatnonzero(true_mask(pc.starts_with(lines, self.prefix)))
             bodies = pc.utf8_slice_codeunits(lines.take(pa.array(candidates)), len(self.prefix))
         else:
-            candidates = np.flatnonzero(~_mask(pc.match_substring_regex(lines, PREFIX_RE)))
+            candidates = np.flatnonzero(~true_mask(pc.match_substring_regex(lines, PREFIX_RE)))
             bodies = lines.take(pa.array(candidates))
         # Python's `re` per line: a dump is a few hundred lines, and RE2 would compile this pattern's
         # Unicode classes (Python's \s, \d, \b) for each (12 ms)

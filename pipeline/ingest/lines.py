@@ -271,9 +271,9 @@ def _whole_lines(big: pa.Array) -> pa.Buffer | None:
 
 def _decode_replacing(lines: pa.Array) -> tuple[pa.StringArray, int]:
     """Lines holding invalid UTF-8 decoded with U+FFFD, and how many lines gained one."""
-    had = _mask(pc.match_substring(lines, "\ufffd".encode()))
+    had = true_mask(pc.match_substring(lines, "\ufffd".encode()))
     text = pa.array([b.decode("utf-8", "replace") for b in lines.to_pylist()], pa.string())
-    now = _mask(pc.match_substring(text, "\ufffd"))
+    now = true_mask(pc.match_substring(text, "\ufffd"))
     return text, max(1, int((now & ~had).sum()))
 
 
@@ -305,7 +305,8 @@ def unclassified(n: int) -> Classified:
     )
 
 
-def _mask(arr: pa.Array) -> np.ndarray:
+def true_mask(arr: pa.Array) -> np.ndarray:
+    """A boolean Arrow array as a NumPy mask, null as False."""
     return pc.fill_null(arr, False).to_numpy(zero_copy_only=False)
 
 
@@ -364,7 +365,7 @@ def _kinds_by_arrow(text: pa.StringArray) -> tuple[np.ndarray, np.ndarray, np.nd
     config_open = np.zeros(n, dtype=bool)
     resume_marker = np.zeros(n, dtype=bool)
     kind[_step_lines(text)] = K_STEP
-    kind[_mask(pc.match_substring_regex(text, MEMORY_RE)) & (kind == K_OTHER)] = K_MEMORY
+    kind[true_mask(pc.match_substring_regex(text, MEMORY_RE)) & (kind == K_OTHER)] = K_MEMORY
     memory_at, other_at = np.flatnonzero(kind == K_MEMORY), np.flatnonzero(kind == K_OTHER)
     phase_names = pa.nulls(n, pa.string())
     if len(other_at):
@@ -385,12 +386,12 @@ def _kinds_by_arrow(text: pa.StringArray) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def _step_lines(text: pa.StringArray) -> np.ndarray:
     """Positions of the lines that carry step metrics (any format, wrapped pieces too)."""
-    maybe = _mask(pc.match_substring_regex(text, STEP_HINT_RE))
-    maybe |= _mask(pc.match_substring_regex(text, STEP_ANCHORED_RE))
+    maybe = true_mask(pc.match_substring_regex(text, STEP_HINT_RE))
+    maybe |= true_mask(pc.match_substring_regex(text, STEP_ANCHORED_RE))
     cand = np.flatnonzero(maybe)
     if len(cand) == 0:
         return cand
-    return cand[_mask(pc.match_substring_regex(text.take(pa.array(cand)), STEP_ANY_RE))]
+    return cand[true_mask(pc.match_substring_regex(text.take(pa.array(cand)), STEP_ANY_RE))]
 
 
 @dataclass
@@ -420,7 +421,7 @@ def _distinct_kinds(lines: pa.StringArray) -> _DistinctKinds:
         if len(todo) == 0:
             break
         sub = lines if len(todo) == m else lines.take(pa.array(todo))
-        hit = _mask(pc.match_substring_regex(sub, pattern))
+        hit = true_mask(pc.match_substring_regex(sub, pattern))
         kind[todo[hit]] = code
         if code == K_CONFIG:
             config[todo[hit]] = True
@@ -430,9 +431,9 @@ def _distinct_kinds(lines: pa.StringArray) -> _DistinctKinds:
     opened = np.flatnonzero(config)
     if len(opened):
         opened_text = lines.take(pa.array(opened))
-        config_open[opened[_mask(pc.match_substring_regex(opened_text, CONFIG_OPEN_RE))]] = True
-        resume_marker[opened[_mask(pc.match_substring_regex(opened_text, RESUME_RE))]] = True
-    trace = _mask(pc.match_substring_regex(lines, TRACE_FILE_RE))
+        config_open[opened[true_mask(pc.match_substring_regex(opened_text, CONFIG_OPEN_RE))]] = True
+        resume_marker[opened[true_mask(pc.match_substring_regex(opened_text, RESUME_RE))]] = True
+    trace = true_mask(pc.match_substring_regex(lines, TRACE_FILE_RE))
     return _DistinctKinds(kind, config_open, resume_marker, trace, _phase(lines))
 
 
@@ -448,7 +449,7 @@ def _mark_trace_code_lines(text: pa.StringArray, kind: np.ndarray, file_lines: n
     nxt = nxt[nxt < len(kind)]
     nxt = nxt[kind[nxt] == K_OTHER]
     if len(nxt):
-        indented = _mask(pc.match_substring_regex(text.take(pa.array(nxt)), OPT_PREFIX + r"\s{2,}\S"))
+        indented = true_mask(pc.match_substring_regex(text.take(pa.array(nxt)), OPT_PREFIX + r"\s{2,}\S"))
         kind[nxt[indented]] = K_ERROR
 
 
@@ -462,7 +463,7 @@ def split_once(
     in the data buffer, the first by Arrow's search, and each half is one `take` of zero-copy slices of
     the buffer: Arrow's split with `max_splits` and `list_element` cost ten times as much.
     """
-    valid = _mask(pc.is_valid(items)) if items.null_count else np.ones(len(items), dtype=bool)
+    valid = true_mask(pc.is_valid(items)) if items.null_count else np.ones(len(items), dtype=bool)
     if not valid.all():
         items = pc.fill_null(items, "")
     offsets = np.frombuffer(items.buffers()[1], dtype=np.int32)[items.offset : items.offset + len(items) + 1]
@@ -495,7 +496,7 @@ def split_once(
 def _prefix(text: pa.StringArray) -> tuple[pa.Array, pa.Array]:
     """Component and pid of the Ray prefix; parsed once per distinct `(...)` head (a run has few)."""
     n = len(text)
-    starts = _mask(pc.starts_with(text, "("))
+    starts = true_mask(pc.starts_with(text, "("))
     opened = np.flatnonzero(starts)
     # a copy of the opened lines is searched faster than the block: the others would be read to their end
     heads, _, closed = split_once(text if len(opened) == n else text.filter(pa.array(starts)), ")")

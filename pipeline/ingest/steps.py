@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .lines import _mask, split_once
+from .lines import split_once, true_mask
 
 STEP_HEAD_RE = r"(?:^|\s)step:(?P<step>\d+) - "
 STEP_HEAD = re.compile(STEP_HEAD_RE)
@@ -126,7 +126,7 @@ def parse_step_lines(text: pa.StringArray, idx: np.ndarray, rows: StepRows) -> N
     if len(idx) == 0:
         return
     sub = text.take(pa.array(idx))
-    fast = ~_runs_without_head(idx, _mask(pc.match_substring_regex(sub, STEP_HEAD_RE)))
+    fast = ~_runs_without_head(idx, true_mask(pc.match_substring_regex(sub, STEP_HEAD_RE)))
     parts: list[Console] = []
     if fast.any():
         parts.append(_console_heads(sub if fast.all() else sub.filter(pa.array(fast)), idx[fast], rows))
@@ -252,7 +252,7 @@ def _parse_console(rest: pa.StringArray, starts: np.ndarray, steps: np.ndarray, 
     n = len(key)
     # an item without ":" has no value (null): a failure
     val = pc.utf8_trim_whitespace(val)
-    is_np = _mask(pc.starts_with(val, "np."))
+    is_np = true_mask(pc.starts_with(val, "np."))
     if is_np.any():
         at = np.flatnonzero(is_np)
         inner, wrapped = _unwrap_np(val.take(pa.array(at)))
@@ -260,7 +260,7 @@ def _parse_console(rest: pa.StringArray, starts: np.ndarray, steps: np.ndarray, 
         unwrap[at[wrapped]] = True
         val = pc.replace_with_mask(val, pa.array(unwrap), inner.filter(pa.array(wrapped)))
     is_num, value = _numbers(val)
-    is_bool = _mask(pc.is_in(val, pa.array(["True", "False"])))
+    is_bool = true_mask(pc.is_in(val, pa.array(["True", "False"])))
     ok = is_num | is_bool
     n_ok = int(ok.sum())
     rows.n_failures += n - n_ok
@@ -295,7 +295,7 @@ def _unwrap_np(val: pa.StringArray) -> tuple[pa.StringArray, np.ndarray]:
     """
     head, tail, bracket = split_once(val, "(", last=False)
     head = pc.dictionary_encode(head)
-    head_ok = _mask(pc.match_substring_regex(head.dictionary, NP_HEAD_RE))[head.indices.to_numpy()]
+    head_ok = true_mask(pc.match_substring_regex(head.dictionary, NP_HEAD_RE))[head.indices.to_numpy()]
     tail = pc.fill_null(tail, "")
     inner = pc.utf8_rtrim(tail, ")")
     one_bracket = pc.subtract(pc.binary_length(tail), pc.binary_length(inner)).to_numpy() <= 1
@@ -312,10 +312,10 @@ def _numbers(val: pa.StringArray) -> tuple[np.ndarray, pa.Array]:
     maybe = pc.and_(pc.equal(pc.ascii_trim(val, NUMBER_CHARS), ""), pc.greater(pc.binary_length(val), 0))
     try:
         value = pc.cast(pc.if_else(maybe, val, "0"), pa.float64())
-        return _mask(maybe), value
+        return true_mask(maybe), value
     except pa.ArrowInvalid:
         is_num = pc.match_substring_regex(val, NUMBER_RE)
-        return _mask(is_num), pc.cast(pc.if_else(is_num, val, "0"), pa.float64())
+        return true_mask(is_num), pc.cast(pc.if_else(is_num, val, "0"), pa.float64())
 
 
 def _number(v) -> float | None:
@@ -382,7 +382,7 @@ def parse_memory_lines(text: pa.StringArray, idx: np.ndarray, rows: StepRows) ->
     used, total, _ = split_once(_nth(parts, 3), "/", last=False)
     fields += [used, total]
     value = pa.concat_arrays(fields)
-    good = _mask(pc.match_substring_regex(value, r"^\d+(?:\.\d*)?$")) & np.tile(n_parts >= 3, len(fields))
+    good = true_mask(pc.match_substring_regex(value, r"^\d+(?:\.\d*)?$")) & np.tile(n_parts >= 3, len(fields))
     sel = np.flatnonzero(good)
     if len(sel) == 0:
         return

@@ -47,14 +47,20 @@ def _database() -> duckdb.DuckDBPyConnection:
     return _DATABASES[pid]
 
 
-def columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
-    """Columns of a warehouse view, or [] if the table is not in the warehouse."""
+# DuckDB's type names of the columns `series` reads as numbers
+NUMERIC_TYPES = frozenset({"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                           "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE"})
+
+
+def columns(con: duckdb.DuckDBPyConnection, table: str, types: frozenset[str] | None = None) -> list[str]:
+    """Columns of a warehouse view (only those of DuckDB `types` when given), or [] if the table is not in the
+    warehouse."""
     found = con.execute(
-        "select column_name from duckdb_columns() where table_name = $table "
+        "select column_name, data_type from duckdb_columns() where table_name = $table "
         "and database_name in (current_database(), 'temp') order by column_index",
         {"table": table},
     ).fetchall()
-    return [name for (name,) in found]
+    return [name for name, kind in found if types is None or kind in types]
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
@@ -104,14 +110,10 @@ def firsts(con: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> di
 def series(con: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> dict[str, dict[str, np.ndarray]]:
     """Each run's numeric columns of a per-step table as float arrays (NULL -> NaN), ordered by step; a run
     without rows is left out."""
-    kinds = con.execute(
-        "select column_name from duckdb_columns() where table_name = $table and column_name <> 'run_id' "
-        "and database_name in (current_database(), 'temp') and data_type in "
-        "('BOOLEAN', 'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'HUGEINT', 'UTINYINT', 'USMALLINT', 'UINTEGER', "
-        "'UBIGINT', 'FLOAT', 'DOUBLE') order by column_index", {"table": table}).fetchall()
-    if not kinds:
+    numeric = [name for name in columns(con, table, NUMERIC_TYPES) if name != "run_id"]
+    if not numeric:
         return {}
-    picks = ", ".join(f'"{name}"' for (name,) in kinds)
+    picks = ", ".join(f'"{name}"' for name in numeric)
     raw = con.execute(f"select run_id, {picks} from {table} where list_contains($ids, run_id) "
                       "order by run_id, step", {"ids": run_ids}).fetchnumpy()
     ids = np.asarray(raw.pop("run_id"), dtype=object)
