@@ -1,14 +1,18 @@
-"""Dagster's bookkeeping alone for a batch of runs: one Dagster run over N partitions of 8 trivial
-single-run-backfill assets, recorded by Dagster's stock SQLite storage as it comes ("stock"), by the
-storage subclass the command line used up to a8c1c43 ("subclass": one pooled engine per database,
-`synchronous=OFF`, Dagster's event batches in one transaction; it extended Dagster's private
-`SqliteEventLogStorage`, read here from git), and by the stock storage with the command line's public
-SQLAlchemy listener that sets `synchronous=OFF` on the instance's files ("public", pipeline/dagster_storage.py).
+"""Dagster's bookkeeping alone for a batch of runs: one Dagster run over N partitions of `--assets` trivial
+single-run-backfill assets (12: as many as the pipeline's per-run assets), recorded by Dagster's stock SQLite
+storage as it comes ("stock"), by the storage subclass the command line used up to a8c1c43 ("subclass": one
+pooled engine per database, `synchronous=OFF`, Dagster's event batches in one transaction; it extended
+Dagster's private `SqliteEventLogStorage`, read here from git), by the stock storage with the command line's
+public SQLAlchemy listener that sets `synchronous=OFF` on the instance's files ("public",
+pipeline/dagster_storage.py), the same planning each asset's range in one event as `analyze` does
+("public-one-plan", pipeline.dagster_storage.plan_ranges_in_one_event), and Dagster's in-memory instance
+("memory", "memory-one-plan"). With no work in the assets, this is the floor of what recording a batch costs.
 
 Each mode runs in its own subprocess with a fresh instance folder; prints wall and CPU seconds and the
 ratios to the stock storage.
 
-Usage: python benchmarks/bench_dagster_events.py [--partitions 100] [--modes stock,subclass,public]
+Usage: python benchmarks/bench_dagster_events.py [--partitions 100] [--assets 12]
+       [--modes stock,subclass,public,public-one-plan,memory,memory-one-plan]
 """
 
 from __future__ import annotations
@@ -25,21 +29,26 @@ SUBCLASS_COMMIT = "a8c1c43"  # the last pipeline/dagster_storage.py that subclas
 ONE = """
 import os, sys, time
 from dagster import AssetExecutionContext, BackfillPolicy, DagsterInstance, DynamicPartitionsDefinition, asset, materialize
-n, mode, home = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+n, mode, home, n_assets = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[5])
 parts = DynamicPartitionsDefinition(name="runs")
 def make(name, deps):
     @asset(name=name, deps=deps, partitions_def=parts, backfill_policy=BackfillPolicy.single_run())
     def _a(context: AssetExecutionContext) -> None:
         return None
     return _a
-assets = [make(f"a{i}", [f"a{i - 1}"] if i else []) for i in range(8)]
-if mode == "subclass":
+assets = [make(f"a{i}", [f"a{i - 1}"] if i else []) for i in range(n_assets)]
+if mode.endswith("one-plan"):
+    from pipeline.dagster_storage import plan_ranges_in_one_event
+    plan_ranges_in_one_event()
+if mode.startswith("memory"):
+    instance = DagsterInstance.ephemeral()
+elif mode == "subclass":
     from dagster._core.instance.ref import InstanceRef
     sys.path.insert(0, os.path.dirname(sys.argv[4]))
     from subclass_storage import event_log_override
     instance = DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=event_log_override(home)))
 else:
-    if mode == "public":
+    if mode.startswith("public"):
         from pipeline.dagster_storage import skip_flush_under
         skip_flush_under(home)
     instance = DagsterInstance.from_config(home)
@@ -56,7 +65,8 @@ print(time.perf_counter() - start, time.process_time() - cpu)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=100)
-    ap.add_argument("--modes", default="stock,subclass,public")
+    ap.add_argument("--assets", type=int, default=12)
+    ap.add_argument("--modes", default="stock,subclass,public,public-one-plan,memory,memory-one-plan")
     args = ap.parse_args()
     repo = Path(__file__).resolve().parents[1]
     seconds = {}
@@ -66,11 +76,14 @@ def main() -> None:
                                            capture_output=True, text=True, check=True).stdout)
         for mode in args.modes.split(","):
             with tempfile.TemporaryDirectory() as home:
-                out = subprocess.run([sys.executable, "-c", ONE, str(args.partitions), mode, home, str(subclass)],
+                # each mode plans as it says, whatever this shell's environment sets
+                env = {k: v for k, v in os.environ.items() if k != "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"}
+                out = subprocess.run([sys.executable, "-c", ONE, str(args.partitions), mode, home, str(subclass),
+                                      str(args.assets)], env=env,
                                      cwd=repo, capture_output=True, text=True, check=True).stdout
                 wall, cpu = map(float, out.strip().splitlines()[-1].split())
                 seconds[mode] = wall
-            print(f"{mode:9s} {args.partitions} partitions x 8 assets: {wall:.1f} s wall, {cpu:.1f} CPU-s "
+            print(f"{mode:15s} {args.partitions} partitions x {args.assets} assets: {wall:.1f} s wall, {cpu:.1f} CPU-s "
                   f"(load average {os.getloadavg()[0]:.1f})", flush=True)
     if "stock" in seconds:
         for mode in seconds.keys() - {"stock"}:

@@ -2,6 +2,9 @@
 
 Per-run tables are restricted to the requested runs through a bound `$run_ids` parameter and written
 as hive partitions; fleet tables are recomputed whole. No value is ever formatted into SQL text.
+The SQL files filter with `run_id in (select unnest($run_ids))`, a semi-join: DuckDB prunes a
+`list_contains($run_ids, run_id)` filter file by file while planning, which grows with files x runs
+(50 ms per scan of a 230-run batch, 0.9 s of run_summary's planning; a quarter of derive's time there).
 """
 
 from __future__ import annotations

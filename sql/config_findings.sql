@@ -6,14 +6,14 @@ with params as (
 run as (
     select *, coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1) as n_gpus
     from runs
-    where list_contains($run_ids, run_id)
+    where run_id in (select unnest($run_ids))
 ),
 -- not materialized: each use reads only the rows it needs from Parquet (a 300 MB log's lines held once
 -- in memory would spill to disk)
 lines as not materialized (
     select run_id, file, line_no, kind, pid, step, text
     from log_lines
-    where list_contains($run_ids, run_id)
+    where run_id in (select unnest($run_ids))
 ),
 picked as materialized (
     -- every line the checks below read by its text (config lines, memory lines, what the rollout engine
@@ -118,7 +118,7 @@ oom_runs as (
     select run_id, min(line_no) as line_no, arg_min(file, (line_no, file)) as file,
            arg_min(message, (line_no, file)) as text
     from run_events
-    where list_contains($run_ids, run_id) and event_class = 'cuda_oom'
+    where run_id in (select unnest($run_ids)) and event_class = 'cuda_oom'
     group by all
 ),
 gmu_high as (
@@ -234,7 +234,7 @@ signal_hits as (
     from step_metrics as m
     join step_signals as s on s.key = m.key
     join thresholds as t using (threshold_name)
-    where list_contains($run_ids, m.run_id) and isfinite(m.value) and m.value > t.threshold
+    where m.run_id in (select unnest($run_ids)) and isfinite(m.value) and m.value > t.threshold
 ),
 mem_fraction_hits as (
     select
@@ -247,11 +247,11 @@ mem_fraction_hits as (
         h.step
     from step_health as h
     cross join params as p
-    where list_contains($run_ids, h.run_id) and h.mem_fraction > p.mem_fraction_oom_risk
+    where h.run_id in (select unnest($run_ids)) and h.mem_fraction > p.mem_fraction_oom_risk
 ),
 step_line as (
     select distinct run_id, step, file, line_no from step_metrics
-    where list_contains($run_ids, run_id) and key in ('timing_s/step', 'training/global_step')
+    where run_id in (select unnest($run_ids)) and key in ('timing_s/step', 'training/global_step')
 ),
 warning_findings(event_class, finding, severity, message) as (
     values
@@ -269,7 +269,7 @@ event_findings as (
         row_number() over (partition by e.run_id, w.finding order by e.line_no, e.file) as rank
     from run_events as e
     join warning_findings as w using (event_class)
-    where list_contains($run_ids, e.run_id)
+    where e.run_id in (select unnest($run_ids))
 ),
 nothing_saved as (
     -- a run that failed with no checkpoint lost every step it took; save_freq (-1, or beyond the steps it
@@ -283,7 +283,7 @@ nothing_saved as (
         c.file, c.line_no, c.text
     from run_summary as s
     left join (select * from config_line where setting = 'save_freq') as c using (run_id)
-    where list_contains($run_ids, s.run_id)
+    where s.run_id in (select unnest($run_ids))
       and s.failure_class not in ('completed', 'no_outcome', 'interrupted')
       and s.last_checkpoint_step is null and s.steps_lost > 0
 ),

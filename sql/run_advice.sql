@@ -9,12 +9,12 @@ run as (
     select run_id, failure_class, failure_phase, coalesce(root_cause_text, '') as cause,
            coalesce(hang_reason, '') as hang_reason, config_json
     from run_summary
-    where list_contains($run_ids, run_id) and failure_class <> 'completed'
+    where run_id in (select unnest($run_ids)) and failure_class <> 'completed'
 ),
 findings as (
     select run_id, list(distinct finding) as findings
     from config_findings
-    where list_contains($run_ids, run_id)
+    where run_id in (select unnest($run_ids))
     group by all
 ),
 matched as (

@@ -45,7 +45,7 @@ with lines as (
                                          '|(?i:(cuda|curesult) error:? .*out of memory)')
                  else false end as event_line
         from log_lines
-        where list_contains($run_ids, run_id)
+        where run_id in (select unnest($run_ids))
     )
     where event_line or phase_hint is not null or ts is not null
 ),

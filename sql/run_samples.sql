@@ -21,7 +21,7 @@ candidate as (
     -- following the Ray prefix), the pattern only on what passes
     select run_id, file, line_no, pid, kind, text
     from log_lines
-    where list_contains($run_ids, run_id) and contains(text, '] ') and (starts_with(text, '[') or contains(text, ') ['))
+    where run_id in (select unnest($run_ids)) and contains(text, '] ') and (starts_with(text, '[') or contains(text, ') ['))
       and regexp_matches(text, '(^|\) )\[(prompt|response|ground_truth|score|acc|pred)\] ')
 ),
 tagged as (
@@ -61,7 +61,7 @@ continued as materialized (
     from field_span as f
     join log_lines as l
       on l.run_id = f.run_id and l.file = f.file and l.line_no = f.line_no and l.pid is not distinct from f.pid
-    where list_contains($run_ids, l.run_id) and l.kind not in ('progress', 'step_metrics')
+    where l.run_id in (select unnest($run_ids)) and l.kind not in ('progress', 'step_metrics')
 ),
 field_text as (
     select run_id, file, pid, sample_in_process, field, min(line_no) as line_no,
@@ -95,7 +95,7 @@ sample as (
 step_line as (
     select run_id, file, line_no, step
     from log_lines
-    where list_contains($run_ids, run_id) and kind = 'step_metrics' and step is not null
+    where run_id in (select unnest($run_ids)) and kind = 'step_metrics' and step is not null
 ),
 stepped as (
     -- a sample is printed while its step runs: the step of the first step line after it
@@ -110,7 +110,7 @@ limit_len as (
         json_extract_string(config_json, '$.data.max_response_length'),
         json_extract_string(config_json, '$.actor_rollout_ref.rollout.response_length')) as bigint) as max_tokens
     from runs
-    where list_contains($run_ids, run_id)
+    where run_id in (select unnest($run_ids))
 ),
 measured as (
     select

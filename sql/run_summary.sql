@@ -31,14 +31,14 @@ params as (
     select unnest($thresholds)
 ),
 run as (
-    select * from runs where list_contains($run_ids, run_id)
+    select * from runs where run_id in (select unnest($run_ids))
 ),
 -- not materialized: each use reads only the columns and rows it needs from Parquet, instead of one
 -- in-memory copy of every line's text
 lines as not materialized (
     select run_id, file, line_no, kind, component, segment, step, phase_hint, ts, text
     from log_lines
-    where list_contains($run_ids, run_id)
+    where run_id in (select unnest($run_ids))
 ),
 -- every line whose text the checks below read, but the tail's: the step lines, the progress bar's prints and
 -- the few lines the end-of-run checks look for (`marked`), in one scan of the text (each scan of a 300 MB log's
@@ -83,11 +83,11 @@ final_segment as (
     -- a run of metrics alone (TensorBoard event files, no console log): the last segment of its steps
     select run_id, max(segment) as segment
     from step_phases
-    where list_contains($run_ids, run_id) and run_id not in (select run_id from files)
+    where run_id in (select unnest($run_ids)) and run_id not in (select run_id from files)
     group by all
 ),
 phases as (
-    select * from step_phases where list_contains($run_ids, run_id)
+    select * from step_phases where run_id in (select unnest($run_ids))
 ),
 final_start as (
     -- the step the final segment started from: its first step line in the driver log is the
@@ -126,7 +126,7 @@ trained as (
     select m.run_id, max(m.step) as step
     from step_metrics as m
     join final_segment as f on f.run_id = m.run_id and (m.segment = f.segment or m.segment < 0)
-    where list_contains($run_ids, m.run_id) and m.source not in ('memory_line', 'seed_timing')
+    where m.run_id in (select unnest($run_ids)) and m.source not in ('memory_line', 'seed_timing')
       and not (m.key like 'val-%' or m.key like 'val/%')
     group by all
 ),
@@ -284,7 +284,7 @@ events as (
         ) as position
     from run_events as e
     join main_file as mf using (run_id)
-    where list_contains($run_ids, e.run_id) and e.kind = 'error'
+    where e.run_id in (select unnest($run_ids)) and e.kind = 'error'
 ),
 recurring as (
     -- error classes the final segment already survived in completed steps are noise, not its ending
@@ -414,7 +414,7 @@ last_nan as (
     select h.run_id, h.step
     from step_health as h
     join run_state as s on s.run_id = h.run_id and s.last_step = h.step
-    where list_contains($run_ids, h.run_id)
+    where h.run_id in (select unnest($run_ids))
       and list_has_any(h.nan_keys, ['actor/pg_loss', 'actor/grad_norm', 'actor/kl_loss', 'critic/vf_loss',
                                     'critic/grad_norm', 'actor/ppo_kl', 'actor/entropy'])
 ),

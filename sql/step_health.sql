@@ -37,7 +37,7 @@ with key_map(pattern, col, priority) as (
 metrics as (
     select run_id, step, key, value, segment
     from step_metrics
-    where list_contains($run_ids, run_id)
+    where run_id in (select unnest($run_ids))
 ),
 resolved as (
     -- match the few distinct keys against the patterns, then join the many values by equality

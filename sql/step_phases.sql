@@ -35,7 +35,7 @@ metrics as (
     select m.run_id, m.step, m.segment, m.file, m.line_no, k.col, k.priority, m.value
     from step_metrics as m
     join key_map as k on k.key = m.key
-    where list_contains($run_ids, m.run_id)
+    where m.run_id in (select unnest($run_ids))
 ),
 picked as (
     select run_id, step, col, arg_min(value, priority) as value, max(segment) as segment,
@@ -84,7 +84,7 @@ gpus as (
         nullif(coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1), 0) as n_gpus,
         train_batch_size * coalesce(rollout_n, 1) as n_responses
     from runs
-    where list_contains($run_ids, run_id)
+    where run_id in (select unnest($run_ids))
 ),
 inside as (
     select
@@ -124,7 +124,7 @@ step_ts as (
     asof left join (
         select run_id, file, line_no, ts
         from log_lines
-        where list_contains($run_ids, run_id) and ts is not null
+        where run_id in (select unnest($run_ids)) and ts is not null
     ) as l
         on l.run_id = s.run_id and l.file = s.step_file and l.line_no <= s.step_line_no
 ),
