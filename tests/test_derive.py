@@ -100,6 +100,26 @@ def test_sql_files_exist_and_bind_run_ids():
         assert "group by all" in text or "group by" not in text
 
 
+@pytest.mark.parametrize("name", derive.RUN_TABLES)
+def test_each_per_run_sql_keeps_only_the_runs_bound_when_its_views_hold_the_whole_fleet(warehouse, name):
+    """Over views of all four runs, a per-run table's SQL bound to two of them returns rows of those two only,
+    the same rows as its partitions of them (the SQL's own run filter, not the views, restricts it)."""
+    wh, runs, _, _ = warehouse
+    asked = sorted(runs)[:2]
+    con = connect(wh)
+    try:
+        got = con.execute(f"select * from ({derive.sql_text(name)}) order by all", derive._params(name, asked, None))
+        cols = [d[0] for d in got.description]
+        got = got.fetchall()
+        picks = ", ".join(f'"{c}"' for c in cols)
+        kept = con.execute(f"select {picks} from {name} "
+                           "where run_id in (select unnest($ids)) order by all", {"ids": asked}).fetchall()
+    finally:
+        con.close()
+    assert {r[cols.index("run_id")] for r in got} <= set(asked)
+    assert len(got) == len(kept) and repr(got) == repr(kept)
+
+
 def test_thresholds_are_bound_not_written_into_the_sql(tmp_path):
     for name, values in derive.default_thresholds().items():
         text = derive.sql_text(name)
