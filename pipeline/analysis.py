@@ -20,7 +20,7 @@ from pipeline.assets import (
     RUN_AFTER_MODEL,
     RUN_BEFORE_MODEL,
 )
-from pipeline.assets.report import DAY_TAG
+from pipeline.assets.report import DAY_TAG, MAIL_TAG
 from pipeline.dagster_storage import plan_ranges_in_one_event, skip_flush_under
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.lake import connect, refresh_catalog
@@ -158,7 +158,7 @@ def analyze_archive(
     for stretch in ranges:
         _run([*RUN_AFTER_MODEL, "run_report"], partition_tags(stretch))
     fleet_selection = [*FLEET_AFTER_MODEL, "fleet_report", *(["fleet_report_mail"] if mail else [])]
-    _run(fleet_selection, {DAY_TAG: day.isoformat()})
+    _run(fleet_selection, {DAY_TAG: day.isoformat(), **({MAIL_TAG: "true"} if mail else {})})
     refresh_catalog(warehouse)
     fleet_path = Path(reports) / "fleet" / f"{day.isoformat()}.html"
     return ArchiveOutcome(

@@ -10,6 +10,7 @@ from pydantic import Field
 from pipeline.analysis import RunSelection, analyze_archive, entry_root, resolve_entry, verdict
 from pipeline.assets import NIGHTLY_ASSETS, RUN_JOB_ASSETS
 from pipeline.assets.detect import NO_STEPS
+from pipeline.assets.report import MAIL_TAG
 from pipeline.resources import ArchiveResource, ReportsResource, WarehouseResource
 from pipeline.tables import MODEL
 
@@ -24,6 +25,7 @@ nightly_job = define_asset_job(
     "nightly_job",
     selection=[*NIGHTLY_ASSETS, MODEL],
     description="Rebuild the fleet tables, refit the model when due, render and mail the fleet report.",
+    tags={MAIL_TAG: "true"},
 )
 
 

@@ -319,3 +319,53 @@ def test_mailed_fleet_report_carries_no_script(tmp_path):
     body = msg.get_body(("html",)).get_content()
     assert "<script" not in body and 'id="run-filter"' not in body
     assert "run-filter" not in msg.get_body(("plain",)).get_content()
+
+
+def _mailed(inbox, before: int) -> tuple[str, str]:
+    """The HTML part and the attached report of the one mail the inbox got since `before`."""
+    [(_, _, raw, _)] = inbox.mails[before:]
+    got = email.message_from_bytes(raw, policy=email.policy.default)
+    [attached] = [p.get_payload(decode=True).decode("utf-8") for p in got.walk()
+                  if p.get_content_disposition() == "attachment"]
+    return got.get_body(("html",)).get_content(), attached
+
+
+def test_a_run_that_mails_the_report_shows_the_page_it_attaches_though_a_run_came_in_between(
+        starttls_server, certificate, fleet_warehouse, tmp_path, monkeypatch):
+    """A Dagster run tagged to mail renders the report and its mail page together; a run written into the
+    warehouse before the mail step is in neither: the mail lists the report's runs, as its attachment does,
+    not one more. A run that does not mail leaves no mail page, and removes one an earlier run left."""
+    import shutil
+
+    from report_fixtures import RunSpec, write_run
+
+    from pipeline.assets.report import MAIL_TAG, fleet_report
+    from pipeline.report.render import mail_page_path
+
+    inbox, port = starttls_server
+    wh = tmp_path / "wh"
+    shutil.copytree(fleet_warehouse, wh)
+    reports = tmp_path / "reports"
+    smtp = SmtpResource(host="127.0.0.1", port=port, security="starttls", user=USER, password=PASSWORD,
+                        sender="verl-health@example.org", recipients=["team@example.org"],
+                        ca_file=str(certificate[0]), timeout_s=10)
+    resources = {"reports": ReportsResource(path=str(reports)), "warehouse": WarehouseResource(path=str(wh)),
+                 "smtp": smtp}
+    tags = {"verl-health/day": DAY.isoformat(), MAIL_TAG: "true"}
+    assert materialize([fleet_report], resources=resources, tags=tags).success
+    assert mail_page_path(reports, DAY).is_file()
+    write_run(wh, RunSpec(run_id="run-arrived-late", ended_at=dt.datetime(2026, 11, 28, 9, 0), seed=3))
+    before = len(inbox.mails)
+    assert materialize([fleet_report_mail], resources=resources, tags=tags).success
+    html, attached = _mailed(inbox, before)
+    assert _heading(html) == _heading(attached)
+    n_runs = len(every_class_specs())  # the runs the module's warehouse was built from
+    assert f"{n_runs} runs" in _heading(attached)[1]
+    assert "run-arrived-late" not in html and "run-arrived-late" not in attached
+    # the same report rendered by a run that does not mail it: its mail page is gone, a mail renders one now
+    assert materialize([fleet_report], resources=resources, tags={"verl-health/day": DAY.isoformat()}).success
+    assert not mail_page_path(reports, DAY).exists()
+    before = len(inbox.mails)
+    assert materialize([fleet_report_mail], resources=resources, tags=tags).success
+    html, attached = _mailed(inbox, before)
+    assert f"{n_runs + 1} runs" in _heading(attached)[1] and _heading(html) == _heading(attached)

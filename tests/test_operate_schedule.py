@@ -65,13 +65,13 @@ def test_fleet_report_is_dated_by_the_schedule_tick(tmp_path):
     from report_fixtures import build_warehouse, every_class_specs
 
     from pipeline.assets.report import DAY_TAG, fleet_report
-    from pipeline.resources import ReportsResource
+    from pipeline.resources import ReportsResource, SmtpResource
 
     warehouse = build_warehouse(tmp_path / "wh", every_class_specs())
     result = materialize(
         [fleet_report], tags={DAY_TAG: "2026-11-29"},
         resources={"warehouse": WarehouseResource(path=str(warehouse)),
-                   "reports": ReportsResource(path=str(tmp_path / "reports"))},
+                   "reports": ReportsResource(path=str(tmp_path / "reports")), "smtp": SmtpResource()},
     )
     assert result.success
     assert (tmp_path / "reports" / "fleet" / "2026-11-29.html").is_file()

@@ -14,10 +14,13 @@ from pipeline import tables
 from pipeline.partitions import run_partitions
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
 from pipeline.report.batch import render_run_reports
-from pipeline.report.render import fleet_mail_page, fleet_report_day
+from pipeline.report.render import fleet_mail_page, fleet_report_day, mail_page_path
 from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 
 DAY_TAG = "verl-health/day"
+# A Dagster run that mails the fleet report (the nightly job, `analyze --mail`) carries this tag set to "true":
+# its fleet_report then also writes the page the mail shows, from the same data as the page it attaches
+MAIL_TAG = "verl-health/mail"
 # A report reads the warehouse as a whole: a run's page its rows of the per-run tables and the fleet's
 # baselines and error templates, the fleet page the fleet tables and the runs' summaries and anomalies. Both
 # depend on every table of the registry, so every job that renders one refreshes the tables it reads.
@@ -53,12 +56,13 @@ def run_report(context: AssetExecutionContext, warehouse: WarehouseResource,
     deps=REPORT_READS,
     group_name="report",
 )
-def fleet_report(context: AssetExecutionContext, warehouse: WarehouseResource,
-                 reports: ReportsResource) -> MaterializeResult:
+def fleet_report(context: AssetExecutionContext, warehouse: WarehouseResource, reports: ReportsResource,
+                 smtp: SmtpResource) -> MaterializeResult:
     """The fleet's morning page: runs needing attention, failures by class, phases by config, trends."""
-    path = render_fleet_report(warehouse.root, reports.root, report_day(context))
+    mail_page = smtp.enabled and context.run.tags.get(MAIL_TAG, "").lower() == "true"
+    path = render_fleet_report(warehouse.root, reports.root, report_day(context), mail_page=mail_page)
     return MaterializeResult(
-        metadata={"path": MetadataValue.path(str(path)), "bytes": path.stat().st_size}
+        metadata={"path": MetadataValue.path(str(path)), "bytes": path.stat().st_size, "mail_page": mail_page}
     )
 
 
@@ -72,13 +76,14 @@ def fleet_report_mail(context: AssetExecutionContext, warehouse: WarehouseResour
         return MaterializeResult(metadata={"sent": False, "reason": "mail not configured"})
     # the day of the report it mails, which a mail sent on its own (a re-send, no day tag) does not know
     day = fleet_report_day(report_path) or report_day(context)
+    stored = mail_page_path(reports.root, day)  # written with the report when its run mails it
     message = build_fleet_mail(
         report_path,
         sender=smtp.sender,
         recipients=smtp.recipients,
         subject=f"verl-health fleet report {day.isoformat()}",
         report_url=f"{smtp.reports_url.rstrip('/')}/fleet/{report_path.name}" if smtp.reports_url else None,
-        mail_page=fleet_mail_page(warehouse.root, day),
+        mail_page=stored.read_text(encoding="utf-8") if stored.is_file() else fleet_mail_page(warehouse.root, day),
     )
     send_mail(message, smtp.settings())
     return MaterializeResult(

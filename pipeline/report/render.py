@@ -2,7 +2,8 @@
 
 The fleet report is written twice from the same context: as HTML, and as plain text for the mail's
 text part (`fleet/<day>.txt`), so the two can never disagree. Its mail's HTML is the same page with PNG
-charts instead of SVG (mail clients show no SVG), rendered only when a mail is built.
+charts instead of SVG (mail clients show no SVG), rendered only for a run that mails the report: then from the
+same data as the page (`fleet/<day>.mail.html`), so the mail shows what it attaches.
 """
 
 from __future__ import annotations
@@ -90,21 +91,37 @@ def text_path(report: Path) -> Path:
     return report.with_suffix(".txt")
 
 
-def _fleet_context(warehouse: str | Path, day: date, png: bool) -> dict:
-    context = fleet_context(load_fleet(warehouse, day), png)
-    context.update(new_signatures=new_signatures(warehouse, context["data_day"]), new_signature_days=NEW_DAYS)
-    return context
+def _fleet_contexts(warehouse: str | Path, day: date, pngs: tuple[bool, ...]) -> list[dict]:
+    """The fleet report's template context for each chart format of `pngs`, all from one load of the warehouse."""
+    data = load_fleet(warehouse, day)
+    contexts = [fleet_context(data, png) for png in pngs]
+    shared = {"new_signatures": new_signatures(warehouse, contexts[0]["data_day"]), "new_signature_days": NEW_DAYS,
+              "generated": contexts[0]["generated"]}
+    return [context | shared for context in contexts]
 
 
-def render_fleet_report(warehouse: str | Path, reports_dir: str | Path, day: date) -> Path:
-    """Write `reports_dir/fleet/<day>.html` and `fleet/latest.html` (each with its .txt); return the dated file."""
-    context = _fleet_context(warehouse, day, png=False)
-    html = ENV.get_template("fleet.html.j2").render(**context)
-    text = ENV.get_template("fleet.txt.j2").render(**context)
+def mail_page_path(reports_dir: str | Path, day: date) -> Path:
+    """Where the page that the mail of `day`'s fleet report shows is kept (written with the report)."""
+    return Path(reports_dir) / "fleet" / f"{day.isoformat()}.mail.html"
+
+
+def render_fleet_report(warehouse: str | Path, reports_dir: str | Path, day: date, mail_page: bool = False) -> Path:
+    """Write `reports_dir/fleet/<day>.html` and `fleet/latest.html` (each with its .txt); return the dated file.
+
+    With `mail_page`, also the page its mail shows (`mail_page_path`, PNG charts), from the same data; without,
+    a mail page left by an earlier rendering of the day is removed, so no mail shows another page than it attaches.
+    """
+    contexts = _fleet_contexts(warehouse, day, (False, True) if mail_page else (False,))
+    html = ENV.get_template("fleet.html.j2").render(**contexts[0])
+    text = ENV.get_template("fleet.txt.j2").render(**contexts[0])
     folder = Path(reports_dir) / "fleet"
     for name in (day.isoformat(), "latest"):
         _write(folder / f"{name}.txt", text)
         _write(folder / f"{name}.html", html)
+    if mail_page:
+        _write(mail_page_path(reports_dir, day), ENV.get_template("fleet.html.j2").render(**contexts[1]))
+    else:
+        mail_page_path(reports_dir, day).unlink(missing_ok=True)
     return folder / f"{day.isoformat()}.html"
 
 
@@ -115,5 +132,6 @@ def fleet_report_day(report: Path) -> date | None:
 
 
 def fleet_mail_page(warehouse: str | Path, day: date) -> str:
-    """The fleet report's HTML for `day` with its charts as PNG data URIs: what its mail shows (see mail.py)."""
-    return ENV.get_template("fleet.html.j2").render(**_fleet_context(warehouse, day, png=True))
+    """The fleet report's HTML for `day` with its charts as PNG data URIs, rendered now: what a mail shows when
+    its report was written without one (see mail.py)."""
+    return ENV.get_template("fleet.html.j2").render(**_fleet_contexts(warehouse, day, (True,))[0])
