@@ -188,3 +188,17 @@ def test_archive_resource_limits_bound_a_decompression_bomb(tmp_path, monkeypatc
     assert result.success
     [run] = connect(tmp_path / "wh").execute("select n_bytes, problems from runs").fetchall()
     assert run[0] <= 2**20 and any("decompression bomb" in p for p in run[1])
+
+
+def test_the_ingest_metadata_names_the_first_20_runs_with_problems_and_counts_the_rest():
+    """25 runs with problems: the metadata copied onto each run's materialisation holds runs 00-19 by id and a
+    line saying 5 more are in runs.problems; 3 runs: all of them, nothing added."""
+    from pipeline.assets.ingest import _first_problems
+
+    many = {f"run-{i:02d}": [f"problem of run {i}"] for i in reversed(range(25))}
+    kept = _first_problems(many)
+    assert list(kept) == [f"run-{i:02d}" for i in range(20)] + ["..."]
+    assert kept["run-07"] == ["problem of run 7"]
+    assert kept["..."] == ["5 more runs with problems: see runs.problems"]
+    few = {"run-b": ["x"], "run-a": ["y"], "run-c": ["z"]}
+    assert _first_problems(few) == {"run-a": ["y"], "run-b": ["x"], "run-c": ["z"]}
