@@ -121,7 +121,8 @@ def analyze_archive(
     `day` (default: today when the analysis starts, so a run that crosses midnight finds its report).
     With `include`, only those run_ids are analysed (`analyze --run`, `run_health_job`), with `select`
     only the runs it keeps (`--include GLOB`, `--since`, `--until`): the same asset jobs, checks,
-    "already done" rule and refit rule as for a whole archive.
+    "already done" rule and refit rule as for a whole archive. The process's Dagster runs plan a range's
+    materialisations in one event per asset from then on (`dagster_storage.plan_ranges_in_one_event`).
     """
     started = time.perf_counter()
     day = day or dt.date.today()

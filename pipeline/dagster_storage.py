@@ -13,7 +13,7 @@ the disk. A crash of the machine may lose the last events of the record, never t
 
 Dagster also plans a range run's materialisations in one event per asset, not one per partition, when
 its environment variable DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS says so: half the record of a
-batch. Dagster's price, as its docs for the variable say: a range run that fails does not mark its
+batch. Dagster's price, as its own comment on the variable says: a range run that fails does not mark its
 partitions failed in the UI (the run itself shows as failed, and `runs.problems` names each run's trouble).
 """
 
