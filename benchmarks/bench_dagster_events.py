@@ -11,7 +11,10 @@ pipeline/dagster_storage.py), the same planning each asset's range in one event 
 Each mode runs in its own subprocess with a fresh instance folder; prints wall and CPU seconds and the
 ratios to the stock storage.
 
-Usage: python benchmarks/bench_dagster_events.py [--partitions 100] [--assets 12]
+`--metadata-kb K` puts a JSON metadata value of about K KB on each asset's result, which Dagster copies onto
+every partition's materialisation.
+
+Usage: python benchmarks/bench_dagster_events.py [--partitions 100] [--assets 12] [--metadata-kb 0]
        [--modes stock,subclass,public,public-one-plan,memory,memory-one-plan]
 """
 
@@ -28,13 +31,16 @@ SUBCLASS_COMMIT = "a8c1c43"  # the last pipeline/dagster_storage.py that subclas
 
 ONE = """
 import os, sys, time
-from dagster import AssetExecutionContext, BackfillPolicy, DagsterInstance, DynamicPartitionsDefinition, asset, materialize
-n, mode, home, n_assets = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[5])
+from dagster import (AssetExecutionContext, BackfillPolicy, DagsterInstance, DynamicPartitionsDefinition,
+                     MaterializeResult, MetadataValue, asset, materialize)
+n, mode, home, n_assets, kb = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[5]), int(sys.argv[6])
+# a JSON metadata value of about `kb` KB (runs -> problem lines, as ingest's), copied onto every partition
+meta = {"problems": MetadataValue.json({f"run-{i:05d}": ["x" * 180] for i in range(kb * 1024 // 200)})} if kb else {}
 parts = DynamicPartitionsDefinition(name="runs")
 def make(name, deps):
     @asset(name=name, deps=deps, partitions_def=parts, backfill_policy=BackfillPolicy.single_run())
-    def _a(context: AssetExecutionContext) -> None:
-        return None
+    def _a(context: AssetExecutionContext):
+        return MaterializeResult(metadata=meta)
     return _a
 assets = [make(f"a{i}", [f"a{i - 1}"] if i else []) for i in range(n_assets)]
 if mode.endswith("one-plan"):
@@ -66,6 +72,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--assets", type=int, default=12)
+    ap.add_argument("--metadata-kb", type=int, default=0, help="JSON metadata of this many KB on each asset")
     ap.add_argument("--modes", default="stock,subclass,public,public-one-plan,memory,memory-one-plan")
     args = ap.parse_args()
     repo = Path(__file__).resolve().parents[1]
@@ -79,11 +86,12 @@ def main() -> None:
                 # each mode plans as it says, whatever this shell's environment sets
                 env = {k: v for k, v in os.environ.items() if k != "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"}
                 out = subprocess.run([sys.executable, "-c", ONE, str(args.partitions), mode, home, str(subclass),
-                                      str(args.assets)], env=env,
+                                      str(args.assets), str(args.metadata_kb)], env=env,
                                      cwd=repo, capture_output=True, text=True, check=True).stdout
                 wall, cpu = map(float, out.strip().splitlines()[-1].split())
                 seconds[mode] = wall
-            print(f"{mode:15s} {args.partitions} partitions x {args.assets} assets: {wall:.1f} s wall, {cpu:.1f} CPU-s "
+            print(f"{mode:15s} {args.partitions} partitions x {args.assets} assets, {args.metadata_kb} KB metadata: "
+                  f"{wall:.1f} s wall, {cpu:.1f} CPU-s "
                   f"(load average {os.getloadavg()[0]:.1f})", flush=True)
     if "stock" in seconds:
         for mode in seconds.keys() - {"stock"}:
