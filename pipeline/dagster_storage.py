@@ -14,7 +14,7 @@ the disk. A crash of the machine may lose the last events of the record, never t
 Dagster also plans a range run's materialisations in one event per asset, not one per partition, when
 its environment variable DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS says so: half the record of a
 batch. Dagster's price, as its own comment on the variable says: a range run that fails does not mark its
-partitions failed in the UI (the run itself shows as failed, and `runs.problems` names each run's trouble).
+partitions failed in the UI (the run itself shows as failed, with its error).
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ def skip_flush_under(folder: str | os.PathLike) -> None:
         _folders.add(_folder_key(folder))
         if not event.contains(Engine, "connect", _skip_flush):
             event.listen(Engine, "connect", _skip_flush)
-
 
 
 def plan_ranges_in_one_event() -> None:
