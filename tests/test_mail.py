@@ -369,3 +369,27 @@ def test_a_run_that_mails_the_report_shows_the_page_it_attaches_though_a_run_cam
     assert materialize([fleet_report_mail], resources=resources, tags=tags).success
     html, attached = _mailed(inbox, before)
     assert f"{n_runs + 1} runs" in _heading(attached)[1] and _heading(html) == _heading(attached)
+
+
+def test_a_report_whose_mail_page_cannot_be_written_leaves_no_older_mail_page(fleet_warehouse, tmp_path, monkeypatch):
+    """The day's report is rendered again for a mail, and writing its mail page fails (a full disk): the new
+    report stands, and the mail page an earlier rendering left is gone, so a mail renders its page from the
+    warehouse instead of showing the earlier data beside the new attachment."""
+    from pipeline.report import render
+
+    reports = tmp_path / "reports"
+    render_fleet_report(fleet_warehouse, reports, DAY, mail_page=True)
+    earlier = render.mail_page_path(reports, DAY)
+    earlier.write_text("the earlier rendering's mail page", encoding="utf-8")
+    write = render._write
+
+    def disk_full_for_the_mail_page(path, text):
+        if path == earlier:
+            raise OSError(28, "No space left on device")
+        return write(path, text)
+
+    monkeypatch.setattr(render, "_write", disk_full_for_the_mail_page)
+    with pytest.raises(OSError):
+        render_fleet_report(fleet_warehouse, reports, DAY, mail_page=True)
+    assert (reports / "fleet" / f"{DAY.isoformat()}.html").is_file()
+    assert not earlier.exists()

@@ -115,13 +115,13 @@ def render_fleet_report(warehouse: str | Path, reports_dir: str | Path, day: dat
     html = ENV.get_template("fleet.html.j2").render(**contexts[0])
     text = ENV.get_template("fleet.txt.j2").render(**contexts[0])
     folder = Path(reports_dir) / "fleet"
+    # removed first: if writing the new one fails, a mail renders its page from the warehouse, not the old data
+    mail_page_path(reports_dir, day).unlink(missing_ok=True)
     for name in (day.isoformat(), "latest"):
         _write(folder / f"{name}.txt", text)
         _write(folder / f"{name}.html", html)
     if mail_page:
         _write(mail_page_path(reports_dir, day), ENV.get_template("fleet.html.j2").render(**contexts[1]))
-    else:
-        mail_page_path(reports_dir, day).unlink(missing_ok=True)
     return folder / f"{day.isoformat()}.html"
 
 
