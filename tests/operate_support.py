@@ -45,3 +45,17 @@ def simulate(out: Path, runs: int, seed: int = 7) -> dict:
     from pipeline.simulate import simulate_fleet
 
     return simulate_fleet(out, runs=runs, seed=seed)
+
+
+def fail_ingest_of(monkeypatch, run_id: str) -> None:
+    """Make ingest raise a full disk's OSError for `run_id` alone (the batch's `ingest_run`, what the asset calls)."""
+    from pipeline.ingest import batch
+
+    real = batch.ingest_run
+
+    def failing(entry, warehouse, limits):
+        if entry.run_id == run_id:
+            raise OSError(28, "No space left on device")
+        return real(entry, warehouse, limits)
+
+    monkeypatch.setattr(batch, "ingest_run", failing)

@@ -9,12 +9,11 @@ import time
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dagster import AssetCheckSeverity, AssetSelection, DagsterInstance, materialize
-from operate_support import write_run
+from operate_support import fail_ingest_of, write_run
 
 from pipeline import lake
 from pipeline.analysis import partition_tags
 from pipeline.assets import derive as derive_assets
-from pipeline.assets import ingest as ingest_assets
 from pipeline.assets.detect import anomaly_model_fresh
 from pipeline.definitions import build_definitions
 from pipeline.incremental import REINGEST_TAG
@@ -141,14 +140,7 @@ def test_contract_check_names_the_missing_column(tmp_path):
 def test_a_run_whose_ingest_fails_stops_no_other(tmp_path, monkeypatch):
     for rid in ("run-a", "run-b", "run-c"):
         write_run(tmp_path / "archive", rid, steps=4)
-    real_ingest = ingest_assets.ingest_run
-
-    def failing_for_run_b(entry, warehouse, limits):
-        if entry.run_id == "run-b":
-            raise OSError(28, "No space left on device")
-        return real_ingest(entry, warehouse, limits)
-
-    monkeypatch.setattr(ingest_assets, "ingest_run", failing_for_run_b)
+    fail_ingest_of(monkeypatch, "run-b")
     result = _materialize(tmp_path, ["run-a", "run-b", "run-c"], INGEST_AND_DERIVE)
     assert result.success
     ingest = next(m for m in result.get_asset_materialization_events() if m.asset_key.to_user_string() == "runs")

@@ -14,7 +14,7 @@ from dagster import (
 
 from pipeline import tables
 from pipeline.incremental import INGEST_TABLES, REINGEST_TAG, ingest_is_current
-from pipeline.ingest import ingest_run
+from pipeline.ingest.batch import ingest_batch
 from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, lines_conserved, steps_contiguous
 from pipeline.resources import ArchiveResource, WarehouseResource
@@ -70,19 +70,20 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
     unchanged: list[str] = []
     reingest = context.run.tags.get(REINGEST_TAG, "").lower() == "true"
     limits = archive.limits()  # read once: resolving the settings costs milliseconds
+    todo = []
     for run_id in run_ids:
         entry = entries.get(run_id)
         if entry is None:
             problems[run_id] = [f"run {run_id} is no longer in the archive {archive.root}"]
             context.log.warning(problems[run_id][0])
-            continue
-        if not reingest and ingest_is_current(entry, warehouse.root):
+        elif not reingest and ingest_is_current(entry, warehouse.root):
             unchanged.append(run_id)
-            continue
-        try:
-            result = ingest_run(entry, warehouse.root, limits)
-        except Exception as exc:  # one run's failure (a full disk, a bug) must not stop the others
-            problems[run_id] = [f"ingest failed: {type(exc).__name__}: {exc}"]
+        else:
+            todo.append(entry)
+    for entry, result, failure in ingest_batch(todo, warehouse.root, limits):
+        run_id = entry.run_id
+        if result is None:
+            problems[run_id] = [f"ingest failed: {failure}"]
             context.log.error(f"{run_id}: {problems[run_id][0]}")
             continue
         per_run.append((run_id, result.n_lines, result.n_steps, result.n_bytes, len(result.problems)))
