@@ -256,9 +256,8 @@ def test_fleet_report_mail_asset_sends_through_the_smtp_resource(starttls_server
     assert len(parse_html(got.get_body(("html",)).get_content()).find_all("img")) == 3
     assert [p.get_content_type() for p in got.walk() if p.get_content_disposition() == "inline"] == ["image/png"] * 3
     # mailed on its own days after the report (no day tag: a re-send), the mail shows the report it attaches
-    [attached] = [p.get_payload(decode=True).decode("utf-8") for p in got.walk()
-                  if p.get_content_disposition() == "attachment"]
-    assert _heading(got.get_body(("html",)).get_content()) == _heading(attached)
+    html, attached = _html_and_attached(got)
+    assert _heading(html) == _heading(attached)
 
 
 def _heading(html: str) -> tuple[str, str]:
@@ -324,7 +323,11 @@ def test_mailed_fleet_report_carries_no_script(tmp_path):
 def _mailed(inbox, before: int) -> tuple[str, str]:
     """The HTML part and the attached report of the one mail the inbox got since `before`."""
     [(_, _, raw, _)] = inbox.mails[before:]
-    got = email.message_from_bytes(raw, policy=email.policy.default)
+    return _html_and_attached(email.message_from_bytes(raw, policy=email.policy.default))
+
+
+def _html_and_attached(got) -> tuple[str, str]:
+    """A mail's HTML part and its one attached report."""
     [attached] = [p.get_payload(decode=True).decode("utf-8") for p in got.walk()
                   if p.get_content_disposition() == "attachment"]
     return got.get_body(("html",)).get_content(), attached
