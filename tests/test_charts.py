@@ -218,8 +218,13 @@ def _fleet_svg(chart: charts.Chart) -> ET.Element:
     return svg
 
 
+def _bars(svg: ET.Element) -> list[ET.Element]:
+    """A fleet chart's bars: its rects with a hover title (legend swatches have none)."""
+    return [r for r in svg.iter("rect") if r.find("title") is not None]
+
+
 def _bar_titles(svg: ET.Element) -> list[str]:
-    return [r.find("title").text for r in svg.iter("rect") if r.find("title") is not None]
+    return [r.find("title").text for r in _bars(svg)]
 
 
 def test_the_page_outcomes_chart_lists_classes_in_words_most_runs_first():
@@ -228,7 +233,7 @@ def test_the_page_outcomes_chart_lists_classes_in_words_most_runs_first():
     assert chart.png == b"" and chart.alt == "Runs by outcome: Completed 5, CUDA OOM 3, Hung 1"
     svg = _fleet_svg(chart)
     assert _bar_titles(svg) == ["Completed: 5 runs", "CUDA OOM: 3 runs", "Hung: 1 run"]
-    widths = [float(r.get("width")) for r in svg.iter("rect") if r.find("title") is not None]
+    widths = [float(r.get("width")) for r in _bars(svg)]
     assert widths[0] == pytest.approx(5 / 3 * widths[1], abs=0.3) and widths[1] == pytest.approx(3 * widths[2], abs=0.3)
     assert [t for t in _texts(svg) if t in ("Completed", "CUDA OOM", "Hung")] == ["Completed", "CUDA OOM", "Hung"]
 
@@ -238,7 +243,7 @@ def test_the_page_weekly_chart_stacks_failed_on_fine_and_names_every_other_of_28
     svg = _fleet_svg(fleet_charts.weekly_chart(weeks))
     assert [t for t in _texts(svg) if t.startswith("w")] == [f"w{i:02d}" for i in range(1, 28, 2)]
     svg = _fleet_svg(fleet_charts.weekly_chart([("11-02", 5, 2, 42.0), ("11-09", 3, 0, None)]))
-    bars = [r for r in svg.iter("rect") if r.find("title") is not None]
+    bars = _bars(svg)
     assert [r.find("title").text for r in bars[:2]] == ["week to 11-02: 5 runs, 2 failed or hung, median step 42 s"] * 2
     fine, failed = (float(r.get("height")) for r in bars[:2])
     assert fine == pytest.approx(1.5 * failed, abs=0.2)
@@ -255,6 +260,5 @@ def test_the_page_share_chart_shows_a_long_group_name_whole_and_each_share_in_it
     lines = anchored[:anchored.index("short")]
     assert " ".join(lines) == group and max(len(line) for line in lines) <= 44
     assert _bar_titles(svg) == [f"{group} · gen 60%", f"{group} · update_actor 40%", "short · gen 100%"]
-    gen, actor = (float(r.get("width")) for r in svg.iter("rect") if r.find("title") is not None and group in
-                  r.find("title").text)
+    gen, actor = (float(r.get("width")) for r in _bars(svg) if group in r.find("title").text)
     assert gen == pytest.approx(1.5 * actor, abs=0.2)
