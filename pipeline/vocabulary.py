@@ -22,8 +22,8 @@ FAILURE_CLASSES = (
 NOT_FAILED = ("completed", "interrupted", "no_outcome")
 FAILED_CLASSES = tuple(c for c in FAILURE_CLASSES if c not in NOT_FAILED)
 
-# stop_reason of an `interrupted` run
-STOP_REASONS = ("keyboard", "time_limit", "cancelled", "sigterm")
+# stop_reason of an `interrupted` run (`debugger`: a person attached a debugger at a breakpoint and holds it)
+STOP_REASONS = ("keyboard", "time_limit", "cancelled", "sigterm", "debugger")
 
 # failure_phase: what the run was doing when it ended, in the order of a training step
 FAILURE_PHASES = (

@@ -126,6 +126,9 @@ shape_class as (
         when regexp_matches(shape, 'During handling of the above exception|The above exception was the direct cause') then 'chained_exception'
         -- source lines and carets under a frame, and the tab-indented details of a Ray error
         when regexp_matches(shape, '^\s{4,}[^\s|]|^[\s|]{4,}\s{4}\S|^\s*\^+\s*$|^\t') then 'traceback_code'
+        -- c10's C++ backtrace header under the error it belongs to (`Exception raised from throwTimeoutError at
+        -- .../c10d/socket.cpp:1021`): where the error was thrown, not another error
+        when regexp_matches(shape, '^Exception raised from \w+ at \S+ \(most recent call first\)') then 'cpp_backtrace'
         -- specific causes
         when regexp_matches(shape, 'ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|Workers \(tasks / actors\) killed|killed due to memory pressure|Out of memory: Kill(ed)? process|oom-kill|Memory cgroup out of memory'
                                    -- SLURM's cgroup: `Detected 1 oom-kill event(s)`, `State: OUT_OF_MEMORY`
@@ -137,6 +140,9 @@ shape_class as (
         when regexp_matches(shape, 'Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|NCCL.{0,40}time(d)? ?out|taking the entire process down') then 'nccl_timeout'
         when regexp_matches(shape, 'NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|DistBackendError|ProcessGroupNCCL') then 'nccl_error'
         -- torch.distributed's rendezvous failing: the processes never met (a communication failure)
+        -- torch's own C++ log lines of it (glog: `[E1120 21:53:06.1 socket.cpp:1019] [c10d] ...`, also logged for a
+        -- connect it retries): the same failure as the exception Python raises from it, named less precisely
+        when regexp_matches(shape, '^(\[rank\d+\]:)?\[[EWF]\d+ [\d:.]+ \w+\.cpp:\d+\] \[c\d+d\]') then 'distributed_init_log'
         when regexp_matches(shape, 'TCPStore|\[c\d+d\]|[Rr]endezvous|DistNetworkError|DistStoreError|invalid nonce|nonce == returnedNonce') then 'distributed_init_error'
         -- raylet's notice that a worker process is gone: the driver's ActorDiedError says which task it took
         -- Ray's system error wrapping an import a worker could not do (unpickling what the driver sent)

@@ -9,6 +9,7 @@ with failure_map(event_class, failure_class, tier, rank) as (
         ('cuda_oom', 'cuda_oom', 1, 1), ('device_oom', 'cuda_oom', 1, 1),
         ('host_oom_killed', 'host_oom_killed', 1, 1),
         ('nccl_timeout', 'nccl_timeout', 1, 1), ('distributed_init_error', 'nccl_timeout', 1, 2),
+        ('distributed_init_log', 'nccl_timeout', 1, 3),
         ('vllm_engine_error', 'vllm_engine_error', 1, 1), ('engine_traceback', 'vllm_engine_error', 1, 2),
         ('nan', 'nan_divergence', 2, 1),
         ('import_error', 'python_exception', 3, 1), ('config_error', 'python_exception', 3, 1),
@@ -528,12 +529,69 @@ scheduler_idle as (
 ),
 debugger as (
     -- the line saying it waits, else the one saying where the debugger listens (Ray's distributed debugger, or
-    -- the older `ray debug` RemotePdb)
-    select run_id, arg_min(file, [waiting, line_no]) as file, arg_min(line_no, [waiting, line_no]) as line_no,
-           arg_min(text, [waiting, line_no]) as text
-    from (select *, case when text like '%Waiting for debugger to attach%' then 0 else 1 end as waiting from tail)
+    -- the older `ray debug` RemotePdb); `attached` when the latest of these lines is a client connecting: a
+    -- person holds the run at the breakpoint
+    select run_id, arg_min(file, [waiting, line_no]) filter (where not attached) as file,
+           arg_min(line_no, [waiting, line_no]) filter (where not attached) as line_no,
+           arg_min(text, [waiting, line_no]) filter (where not attached) as text,
+           arg_max(attached, line_no) as attached
+    from (select *, case when text like '%Waiting for debugger to attach%' then 0 else 1 end as waiting,
+                 text like '%Debugger client is connected%' or text like '%RemotePdb accepted connection%' as attached
+          from tail)
     where text like '%Ray debugger is listening%' or text like '%Waiting for debugger to attach%'
-       or text like '%RemotePdb session open at%'
+       or text like '%RemotePdb session open at%' or attached
+    group by all
+),
+held as (
+    -- a debugger client attached at the breakpoint: held on purpose, not stalled
+    select run_id, file, line_no, text from debugger where attached and line_no is not null
+),
+stall_notices as (
+    -- messages that each say time passed without progress, repeating until the log ends: the rollout engine's own
+    -- stall warning (vLLM's shm_broadcast: each one is that many seconds its workers did not move), Ray unable to
+    -- schedule a resource request, a remote service (a retriever, a reward server) refusing connections or
+    -- answering an error while the run retries it. The time they cover: the seconds they state (vLLM's interval,
+    -- a retry's `Retrying in 10.0s`), else their clocks
+    select n.run_id, n.notice, count(*) as n,
+           arg_min(n.file, n.line_no) as file, min(n.line_no) as line_no, arg_min(n.text, n.line_no) as text,
+           max(n.line_no) as last_line_no,
+           greatest(sum(n.stated_s), epoch(max(c.clock) filter (where c.uptime) - min(c.clock) filter (where c.uptime)),
+                    epoch(max(c.clock) filter (where not c.uptime) - min(c.clock) filter (where not c.uptime))) as waited_s
+    from (
+        select *, case
+            when regexp_matches(text, 'No available (shared memory broadcast )?block found in \d+ second')
+                then try_cast(regexp_extract(text, 'found in (\d+) second', 1) as double)
+            else try_cast(nullif(regexp_extract(text, '(?i)retry(?:ing)? in (\d+(?:\.\d+)?) ?s', 1), '') as double)
+        end as stated_s
+        from (
+            select *, case
+                when regexp_matches(text, 'No available (shared memory broadcast )?block found in \d+ second') then 'engine_stall'
+                when contains(text, 'cannot be scheduled right now') then 'unschedulable'
+                -- urllib3/requests/aiohttp failures and HTTP error answers; Ray's metrics exporter retries are noise
+                when regexp_matches(text, '(?i)connection refused|failed to establish a new connection|max retries exceeded'
+                                          '|connection reset by peer|remote ?disconnected|server disconnected|cannot connect to host'
+                                          '|\b(?:status(?:[ _]code)?|http(?:/\d(?:\.\d)?)?|error code)\W{0,3}(?:5\d\d|429)\b'
+                                          '|internal server error|service unavailable|bad gateway|gateway time-?out|too many requests')
+                     and not regexp_matches(text, '(?i)metrics exporter|exporter agent') then 'service_retry'
+            end as notice
+            from tail
+        )
+    ) as n
+    left join tail_clock as c using (run_id, file, line_no)
+    where n.notice is not null
+    group by all
+),
+stall_notice as (
+    -- the first kind of notice that went on until the log's end (its last one among the driver log's last lines)
+    -- and covered a stall's time (or, stating none, repeated many times)
+    select n.run_id, arg_min(n.notice, n.line_no) as notice, arg_min(n.n, n.line_no) as n,
+           arg_min(n.file, n.line_no) as file, min(n.line_no) as line_no, arg_min(n.text, n.line_no) as text,
+           arg_min(n.waited_s, n.line_no) as waited_s
+    from stall_notices as n
+    join (select run_id, max(line_no) as end_line_no from tail group by all) as e using (run_id)
+    cross join params as p
+    where n.n >= 2 and n.last_line_no >= e.end_line_no - p.notice_end_lines
+      and coalesce(n.waited_s >= p.min_stall_s, n.n >= p.notice_min_count)
     group by all
 ),
 disk_pressure as (
@@ -541,7 +599,7 @@ disk_pressure as (
 ),
 stall as (
     -- evidence that the run stalled, strongest first: a waiting debugger, a scheduler epilogue at ~0% CPU,
-    -- then time with no progress (from the bar's own elapsed time or the lines' clocks) beyond what a
+    -- notices that each say time passed without progress, then time with no progress (from the bar's own elapsed time or the lines' clocks) beyond what a
     -- step takes
     select
         s.run_id,
@@ -557,8 +615,9 @@ stall as (
                 st.median_step_s, b.last_elapsed / nullif(b.n, 0), 0))
         end as limit_s,
         case
-            when d.run_id is not null then 'debugger'
+            when d.run_id is not null and not d.attached then 'debugger'
             when si.cpu_pct < p.idle_cpu_pct and sp.stop_reason in ('time_limit', 'cancelled') then 'scheduler'
+            when sn.run_id is not null then sn.notice
             when coalesce(b.stuck_s, 0) >= coalesce(cs.span_s, 0) and b.n >= s.last_step then 'bar'
             when cs.span_s is not null then 'clock'
         end as evidence,
@@ -572,26 +631,38 @@ stall as (
     left join scheduler_idle as si using (run_id)
     left join debugger as d using (run_id)
     left join stop as sp using (run_id)
+    left join stall_notice as sn using (run_id)
 ),
 hang as (
     -- a stalled run: the reason in words, how long, and the line that shows it
     select
         h.run_id,
-        h.stalled_s as hang_duration_s,
+        case when h.evidence in ('engine_stall', 'unschedulable', 'service_retry')
+             then greatest(h.stalled_s, sn.waited_s) else h.stalled_s end as hang_duration_s,
         case h.evidence
             when 'debugger' then 'paused at a Ray debugger breakpoint, waiting for a debugger to attach'
             when 'scheduler' then format('the scheduler ended it after a stall: CPU efficiency {}%', h.cpu_pct)
+            when 'engine_stall' then format('the rollout engine stalled: {} shared-memory broadcast warnings ({} min with '
+                                            'no progress) after step {}, until the log ends', sn.n,
+                                            round(sn.waited_s / 60, 1), s.last_step)
+            when 'unschedulable' then format('Ray could not schedule a resource request: {} "cannot be scheduled" '
+                                             'warnings{} after step {}, until the log ends', sn.n,
+                                             coalesce(format(' over {} min', round(sn.waited_s / 60, 1)), ''), s.last_step)
+            when 'service_retry' then format('a remote service kept failing (refused or answered an error) {} times{} '
+                                             'after step {}, retried until the log ends', sn.n,
+                                             coalesce(format(' over {} min', round(sn.waited_s / 60, 1)), ''), s.last_step)
             when 'bar' then format('no progress for {} min: the Training Progress bar stayed at {} (its own elapsed time)',
                                    round(h.stalled_s / 60, 1), h.bar_n)
             else format('no progress for {} min after step {}: the log kept printing (its own timestamps) with no new step',
                         round(h.stalled_s / 60, 1), s.last_step)
         end || case when dp.run_id is not null then '; Ray''s session disk is over 95% full' else '' end as hang_reason,
         case h.evidence when 'debugger' then d.file when 'scheduler' then si.file
-                        when 'bar' then mf.file else cs.file end as file,
+                        when 'bar' then mf.file when 'clock' then cs.file else sn.file end as file,
         case h.evidence when 'debugger' then d.line_no when 'scheduler' then si.line_no
-                        when 'bar' then b.last_line_no else cs.line_no end as line_no,
+                        when 'bar' then b.last_line_no when 'clock' then cs.line_no else sn.line_no end as line_no,
         case h.evidence when 'debugger' then d.text when 'scheduler' then si.text
-                        when 'bar' then regexp_replace(b.last_text, '^.*\r', '') else cs.text end as text
+                        when 'bar' then regexp_replace(b.last_text, '^.*\r', '') when 'clock' then cs.text
+                        else sn.text end as text
     from stall as h
     join run_state as s using (run_id)
     join main_file as mf using (run_id)
@@ -600,7 +671,11 @@ hang as (
     left join scheduler_idle as si using (run_id)
     left join debugger as d using (run_id)
     left join disk_pressure as dp using (run_id)
-    where h.evidence in ('debugger', 'scheduler') or h.stalled_s >= h.limit_s
+    left join held as hd using (run_id)
+    left join stall_notice as sn using (run_id)
+    where hd.run_id is null
+      and (h.evidence in ('debugger', 'scheduler', 'engine_stall', 'unschedulable', 'service_retry')
+           or h.stalled_s >= h.limit_s)
 ),
 last_line as (
     -- the latest line found without its text, then its text read for that line alone
@@ -623,6 +698,7 @@ verdict as (
             when s.reached_end then 'completed'
             when c.failure_class is not null and c.first_position < coalesce(sp.position, c.first_position + 1) then
                 case when c.tier > 1 and n.run_id is not null then 'nan_divergence' else c.failure_class end
+            when hd.run_id is not null then 'interrupted'
             when h.run_id is not null then 'hang'
             when sp.run_id is not null then 'interrupted'
             when n.run_id is not null then 'nan_divergence'
@@ -632,6 +708,7 @@ verdict as (
     left join cause as c using (run_id)
     left join stop as sp using (run_id)
     left join hang as h using (run_id)
+    left join held as hd using (run_id)
     left join last_nan as n using (run_id)
 ),
 checkpoint as (
@@ -696,15 +773,15 @@ select
     s.last_step,
     s.expected_steps,
     s.last_step / nullif(s.expected_steps, 0) as completion,
-    case when v.failure_class = 'hang' then h.file when v.failure_class = 'interrupted' then sp.file
+    case when v.failure_class = 'hang' then h.file when v.failure_class = 'interrupted' then coalesce(hd.file, sp.file)
          when v.failure_class not in ('completed', 'no_outcome') then rt.root_cause_file end as root_cause_file,
-    case when v.failure_class = 'hang' then h.line_no when v.failure_class = 'interrupted' then sp.line_no
+    case when v.failure_class = 'hang' then h.line_no when v.failure_class = 'interrupted' then coalesce(hd.line_no, sp.line_no)
          when v.failure_class not in ('completed', 'no_outcome') then rt.root_cause_line_no end as root_cause_line_no,
-    case when v.failure_class = 'hang' then h.text when v.failure_class = 'interrupted' then sp.message
+    case when v.failure_class = 'hang' then h.text when v.failure_class = 'interrupted' then coalesce(hd.text, sp.message)
          when v.failure_class not in ('completed', 'no_outcome') then rt.root_cause_text end as root_cause_text,
     case when v.failure_class = 'hang' then h.hang_reason end as hang_reason,
     case when v.failure_class = 'hang' then h.hang_duration_s end as hang_duration_s,
-    case when v.failure_class = 'interrupted' then sp.stop_reason end as stop_reason,
+    case when v.failure_class = 'interrupted' then case when hd.run_id is not null then 'debugger' else sp.stop_reason end end as stop_reason,
     case when v.failure_class not in ('completed', 'hang', 'no_outcome', 'interrupted')
          then rt.root_cause_event end as root_cause_event,
     case
@@ -749,6 +826,7 @@ left join root as rt using (run_id)
 left join tail_activity as ta using (run_id)
 left join hang as h using (run_id)
 left join stop as sp using (run_id)
+left join held as hd using (run_id)
 left join began as bg using (run_id)
 left join driver_phase as dp using (run_id)
 left join last_line as ll using (run_id)

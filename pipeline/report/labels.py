@@ -105,6 +105,7 @@ EVENT_LABELS = {
     "keyboard_interrupt": "Ctrl-C",
     "time_limit": "scheduler time limit",
     "distributed_init_error": "distributed start-up error",
+    "distributed_init_log": "distributed start-up error (torch log line)",
     "import_error": "import error",
     "engine_traceback": "rollout engine traceback",
     "cuda_oom": "CUDA out of memory",

@@ -1,4 +1,5 @@
-"""How an `interrupted` run is stopped on purpose: Ctrl-C, a SLURM cancel or time limit, or a SIGTERM.
+"""How an `interrupted` run is stopped on purpose: Ctrl-C, a SLURM cancel or time limit, a SIGTERM, or a person
+holding it at a debugger breakpoint.
 
 Ctrl-C follows real logs 08 and 10: the driver's `KeyboardInterrupt` raised in `ray.get`, often a
 second one from `ray.shutdown` at exit, then the TaskRunner's buffered stdout (its last step lines)
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import time
 
-from .chatter import write_preemption
+from .chatter import write_partial_sample, write_preemption
 from .console import Console, hex_id, log_ts
 from .failures import Failure
 from .tracebacks import SITE, driver_head, frame
 
 TORCHRUN = f"{SITE}/torch/distributed"
+DEBUGGER_DOCS = "https://docs.ray.io/en/latest/ray-observability/ray-distributed-debugger.html"
 
 
 def interrupted(con: Console, phase: str | None) -> Failure:
@@ -170,4 +172,26 @@ def _torchrun_sigterm(con: Console) -> Failure:
     return Failure(no, "Received Signals.SIGTERM death signal", "SignalException")
 
 
-STOPS = {"keyboard": keyboard, "time_limit": time_limit, "cancelled": cancelled, "sigterm": sigterm}
+def debugger(con: Console, phase: str | None) -> Failure:
+    """A `breakpoint()` in the driver waits for Ray's debugger, and a person attaches to it (real log 35)."""
+    no = breakpoint_wait(con, phase, attached=True)
+    return Failure(no, "Waiting for debugger to attach", "Waiting for debugger to attach")
+
+
+def breakpoint_wait(con: Console, phase: str | None, attached: bool) -> int:
+    """Ray's distributed debugger at a driver `breakpoint()` (set-up code or the reward function): where it
+    listens, that it waits, and, if `attached`, a client connecting. Returns the line number of the wait."""
+    rng = con.rng
+    if phase == "reward":
+        write_partial_sample(con)
+    con.runner(f"Ray debugger is listening on {con.spec.ip}:{int(rng.integers(30000, 60000))}")
+    no = con.line_no
+    con.runner(f"Waiting for debugger to attach (see {DEBUGGER_DOCS})...")
+    if attached:
+        con.clock += rng.uniform(60.0, 900.0)
+        con.runner("Debugger client is connected")
+    return no
+
+
+STOPS = {"keyboard": keyboard, "time_limit": time_limit, "cancelled": cancelled, "sigterm": sigterm,
+         "debugger": debugger}

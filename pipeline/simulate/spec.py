@@ -29,7 +29,7 @@ CRITIC_PHASES = ("values", "update_critic")
 STEP1_CLASSES = ("cuda_oom", "nccl_timeout", "ray_actor_died", "host_oom_killed", "python_exception",
                  "vllm_engine_error")
 # The stop reasons interrupted runs cycle through: Ctrl-C, the most common, every other time.
-STOP_CYCLE = ("keyboard", "time_limit", "keyboard", "cancelled", "keyboard", "sigterm")
+STOP_CYCLE = ("keyboard", "time_limit", "keyboard", "cancelled", "keyboard", "sigterm", "debugger")
 # Classes whose log shows the phase only through the lines the phase prints (no traceback names it).
 SILENT_CLASSES = ("hang", "interrupted", "no_outcome", "unknown")
 SLOWDOWN_PHASE = {
@@ -118,7 +118,7 @@ class RunSpec:
     ip: str = "10.0.0.1"
     chatter: int = 0
     disk_warnings: bool = False
-    stop_reason: str | None = None  # interrupted: keyboard, time_limit, cancelled or sigterm
+    stop_reason: str | None = None  # interrupted: keyboard, time_limit, cancelled, sigterm or debugger
     hang_evidence: str | None = None  # hang: timestamps, progress_bar, debugger or slurm_idle
     rendezvous: bool = False  # nccl_timeout: torch.distributed's rendezvous fails while the engine starts
     step1: bool = False  # the crash happens inside step 1, after the initial validation
@@ -239,7 +239,7 @@ def _ending_phase(rng: np.random.Generator, spec: RunSpec) -> str | None:
     cls = spec.failure_class
     if spec.rendezvous:
         return "startup"
-    if cls == "hang" and spec.hang_evidence == "debugger":
+    if spec.hang_evidence == "debugger" or spec.stop_reason == "debugger":
         return "startup" if rng.random() < 0.5 else "reward"
     if spec.stop_reason == "keyboard" and spec.buffered_steps == 1:
         return "gen"  # Ctrl-C during the first rollout, the initial validation's lines still buffered

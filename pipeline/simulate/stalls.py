@@ -12,10 +12,9 @@ import math
 from .chatter import reprint_bar, write_disk_warning, write_partial_sample, write_preemption
 from .console import Console
 from .failures import Failure
-from .interrupts import slurm_cancel
+from .interrupts import breakpoint_wait, slurm_cancel
 
 STALL_MIN_S = 600.0
-DEBUGGER_DOCS = "https://docs.ray.io/en/latest/ray-observability/ray-distributed-debugger.html"
 
 
 def stall_seconds(con: Console) -> float:
@@ -62,16 +61,8 @@ def stuck_bar(con: Console, phase: str | None) -> Failure:
 
 
 def debugger(con: Console, phase: str | None) -> Failure:
-    """A `breakpoint()` in the driver (set-up code or the reward function) waits for Ray's debugger."""
-    rng = con.rng
-    if phase == "reward":
-        write_partial_sample(con)
-    con.runner(f"Ray debugger is listening on {con.spec.ip}:{int(rng.integers(30000, 60000))}")
-    no = con.line_no
-    con.runner(f"Waiting for debugger to attach (see {DEBUGGER_DOCS})...")
-    if rng.random() < 0.5:
-        con.clock += rng.uniform(60.0, 900.0)
-        con.runner("Debugger client is connected")
+    """A `breakpoint()` in the driver (set-up code or the reward function) waits for a debugger nobody attaches."""
+    no = breakpoint_wait(con, phase, attached=False)
     return Failure(no, "Waiting for debugger to attach", "Ray debugger is listening on", "debugger breakpoint")
 
 
