@@ -92,7 +92,7 @@ def _rule_flags(features: pd.DataFrame, hits: pd.DataFrame, strength: pd.DataFra
     flag_hit, attr_hit = _any_hit(hits, flag_rules, n), _any_hit(hits, attr_rules, n)
     # a hit must last (its feature's 3-step median past a share of the threshold): a one-step blip is
     # the tail of the run's own noise
-    lasting = _strong_hits(features, hits, strength, attr_rules, np.inf, th["gated_sustained"])
+    lasting = _strong_hits(features, hits, strength, attr_rules, np.inf, th["gated_sustained"], ratios_last=True)
     strong = _strong_hits(features, hits, strength, attr_rules, th["strong"], th["sustained"]) & lasting
     return flag_hit | strong | (attr_hit & gated & lasting), flag_hit | attr_hit
 
@@ -128,12 +128,18 @@ def _smoothed(features: pd.DataFrame, feature: str) -> np.ndarray | None:
 
 
 def _strong_hits(features: pd.DataFrame, hits: pd.DataFrame, strength: pd.DataFrame, rules,
-                 strong: float, sustained: float) -> np.ndarray:
+                 strong: float, sustained: float, ratios_last: bool = False) -> np.ndarray:
     """Attribute-rule hits `strong` x past their threshold, or whose feature's 3-step median is past
-    `sustained` x the threshold."""
+    `sustained` x the threshold; with `ratios_last`, a rule's ratio conditions (`<channel>_ratio`) must
+    hold on their 3-step median too (one slow step between ordinary ones is no lasting change)."""
     out = np.zeros(len(features), bool)
     for r in rules:
         fired = hits[r.name].to_numpy()
+        if ratios_last:
+            for f, op, v in r.when[1:]:
+                if f.endswith("_ratio") and f + "_s" in features:
+                    with np.errstate(invalid="ignore"):
+                        fired = fired & OPS[op](features[f + "_s"].to_numpy(dtype=float), v)
         out |= fired & (strength[r.name].to_numpy() >= strong)
         f, op, v = r.when[0]
         smooth = _smoothed(features, f)

@@ -47,8 +47,10 @@ FALLING = ("entropy", "response_length_mean", "reward_mean")  # anomalous when t
 TIMING = ("gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "update_weights",
           "step_time", "throughput")
 WARMUP_STEPS = 2
-# a warm-up step's phase time still counts when this far from the run's baseline (robust z)
+# a warm-up step's phase time still counts when this far from the run's baseline (robust z) and this many
+# times it: the first step after a resume routinely takes a few times its phase's usual time
 WARMUP_EXTREME_Z = 12.0
+WARMUP_EXTREME_RATIO = 5.0
 
 PHASE_TIMES = ("gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "update_weights")
 SHARES = ("share_gen", "share_old_log_prob", "share_update_actor")
@@ -326,7 +328,9 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None,
     # phase times are judged only when extreme
     timing = [c for c in TIMING if c in z.columns]
     quiet = pd.DataFrame(False, index=z.index, columns=timing)
-    quiet.loc[_warmup_rows(df)] = z[timing].abs() < WARMUP_EXTREME_Z
+    with np.errstate(invalid="ignore", over="ignore"):
+        extreme = (z[timing].abs() >= WARMUP_EXTREME_Z) & (np.exp(resid[timing].abs()) >= WARMUP_EXTREME_RATIO)
+    quiet.loc[_warmup_rows(df)] = ~extreme
     z[timing] = z[timing].mask(quiet, 0.0)
     resid[timing] = resid[timing].mask(quiet, 0.0)
     position = df.groupby("run_id", sort=False).cumcount().to_numpy()
@@ -346,6 +350,8 @@ def features_of(df: pd.DataFrame, fleet_baseline: pd.DataFrame | None = None,
     last = np.r_[position[1:] == 0, True]
     for c in CHANNELS:
         out[f"zs_{c}"] = centred_median3(out[f"z_{c}"], first, last)
+    for c in LOG_CHANNELS:
+        out[f"{c}_ratio_s"] = centred_median3(out[f"{c}_ratio"], first, last)
     out = pd.DataFrame(out, index=df.index)
 
     out["nonfinite"] = _nonfinite_count(df)

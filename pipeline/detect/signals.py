@@ -57,6 +57,10 @@ FIRST_PASS_GAP = 2  # neighbours on each side the masking line leaves out
 STEEPER = 0.05  # noise units per row a past line may be steeper than the two-sided one and still excuse a row
 PAST_FACTOR = 1.5  # the largest error factor (levels.local_line) of a past line that may excuse a row
 MIN_SERIES = 12  # a series with fewer finite values has no baseline to speak of: its z is 0
+# A phase timer (seconds) whose typical time is under this share of the run's typical step time says nothing
+# about the run's pace: 0.01 s of advantage computation that takes 0.4 s once is no slowdown of a 10 s step
+STEP_TIMERS = ("timing_s/step", "timing/step", "perf/time_per_step")  # one of the copies is kept (_copies)
+MIN_TIMER_SHARE = 0.01
 Z_CLIP = 30.0
 WARMUP_STEPS = 2  # a resume segment's first steps load and compile: their timing is not judged here
 MOVED_Z = 3.0  # a key whose 3-step |z| is past this has moved beyond its noise (`sig_moved`)
@@ -73,6 +77,19 @@ def family_of(key: str) -> str | None:
         if key.startswith(prefixes):
             return name
     return "misc"
+
+
+def _negligible_timers(run: np.ndarray, key: np.ndarray, keys: pd.Index, typical: np.ndarray, n_runs: int) -> np.ndarray:
+    """Rows of phase timers (`timing_s/`, `timing/`: seconds) whose typical time is under MIN_TIMER_SHARE of
+    their run's typical step time (False where the run logs no step timer)."""
+    names = pd.Series(np.asarray(keys, dtype=object))
+    step_codes = np.flatnonzero(names.isin(STEP_TIMERS))
+    timer_codes = np.flatnonzero(names.str.startswith(("timing_s/", "timing/")) & ~names.isin(STEP_TIMERS))
+    step_typical = np.full(n_runs, np.nan)
+    at_step = np.isin(key, step_codes)
+    step_typical[run[at_step]] = typical[at_step]
+    with np.errstate(invalid="ignore"):
+        return np.isin(key, timer_codes) & (typical < MIN_TIMER_SHARE * step_typical[run])
 
 
 def _codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
@@ -247,6 +264,7 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
     x = np.where(periodic | warmup, np.nan, value)
     share = np.asarray(keys.str.contains(SHARE_KEYS), dtype=bool)[key]
     y, typical = _transform(x, starts, sizes, share)
+    negligible = _negligible_timers(run, key, keys, typical, len(runs))
     sigma = _noise(y, group, starts, sizes, share)
     finite = np.isfinite(y)
     # A row stays out of the baseline when it is far from the line through the rows before it, the
@@ -289,6 +307,7 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
     base = np.where(short, np.nan, base)
     with np.errstate(invalid="ignore"):
         z = np.clip((y - base) / (sigma * factor), -Z_CLIP, Z_CLIP)
+    z = np.where(negligible & np.isfinite(z), 0.0, z)
     return pd.DataFrame({
         "run_id": pd.Categorical.from_codes(run, categories=runs),
         "step": step,
