@@ -80,7 +80,10 @@ engine_blocks as (
         *,
         -- the innermost verl call a traceback's frames name (an exception's own message may say
         -- "validation" and mean something else): that is the phase the run died in
-        last_value(case when regexp_matches(body, '^[\s|]*File "|^\s{4,}\S') then coalesce(phase_hint,
+        -- "validation" or "testing" in a frame's source (a message being raised, a config check) is no call
+        -- of verl's validation: of those words only `_validate` itself counts
+        last_value(case when regexp_matches(body, '^[\s|]*File "|^\s{4,}\S') then coalesce(
+            case when phase_hint = 'testing' and not regexp_matches(body, '\b_validate\b') then null else phase_hint end,
             -- the advantage's estimators (`compute_advantage`, `compute_grpo_outcome_advantage`) name no worker call;
             -- Search-R1's rollout loop (`run_llm_loop`, its retriever calls) is generation
             case when regexp_matches(body, 'compute_\w*advantage') then 'adv'

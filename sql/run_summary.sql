@@ -49,7 +49,8 @@ texts as materialized (
     from (
         select *, text like '%Final validation metrics%' or contains(text, 'succeeded') or contains(text, 'State: COMPLETED')
                   or text like '%CPU Efficiency:%' or text like '%local_global_step_folder%'
-                  or text like '%epoch %, step %' as marked
+                  or text like '%epoch %, step %' or text like '%Setting global step to%'
+                  or text like '%Load from checkpoint folder%' as marked
         from lines
     )
     where marked or kind = 'step_metrics' or (kind = 'progress' and text like '%Training Progress%')
@@ -214,6 +215,17 @@ bar as (
         on b.run_id = u.run_id and b.n = u.n
     group by all
 ),
+resumed_from as (
+    -- the checkpoint the driver log's final segment resumed from: `Setting global step to N`, the folder it loaded
+    select l.run_id, max(try_cast(coalesce(nullif(regexp_extract(l.text, 'Setting global step to (\d+)', 1), ''),
+                                           nullif(regexp_extract(l.text, 'global_step_(\d+)', 1), '')) as bigint)) as step,
+           max(l.line_no) as line_no
+    from marked as l
+    join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
+    join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
+    where l.text like '%Setting global step to%' or l.text like '%Load from checkpoint folder%'
+    group by all
+),
 run_state as (
     select
         run_id,
@@ -226,8 +238,9 @@ run_state as (
     from (
         select
             r.run_id,
-            -- step lines first; a run that prints none (a W&B-only logger) still moves its progress bar
-            coalesce(greatest(s.last_step, tr.step), b.n, 0) as last_step,
+            -- step lines first; a run that prints none (a W&B-only logger) still moves its progress bar; a resumed
+            -- run that got no further has done the steps of the checkpoint it resumed from
+            coalesce(greatest(s.last_step, tr.step), b.n, fs.step, rf.step, 0) as last_step,
             -- the bar's total is verl's total_training_steps where the log prints no config
             coalesce(r.total_training_steps, b.total) as expected_steps,
             f.segment as final_segment,
@@ -240,6 +253,8 @@ run_state as (
         left join bar as b using (run_id)
         left join final_validation as v using (run_id)
         left join job_succeeded as j using (run_id)
+        left join final_start as fs using (run_id)
+        left join resumed_from as rf using (run_id)
     )
 ),
 progress_point as (
@@ -247,7 +262,9 @@ progress_point as (
     -- of that count when the step line came later only because the run was ending (stdout is buffered,
     -- stderr's bar and tracebacks are not: a Ctrl-C flushes the last step lines after its traceback)
     select s.run_id,
-           case when b.n >= s.last_step and (st.line_no is null or exists (
+           -- (a resumed run that printed no step yet: the line where it resumed)
+           case when rf.step = s.last_step and st.line_no is null and b.n is null then rf.line_no
+                when b.n >= s.last_step and (st.line_no is null or exists (
                     select 1 from lines as l
                     where l.run_id = s.run_id and l.kind = 'error' and l.segment = s.final_segment
                       and l.line_no > b.first_line_no and l.line_no < st.line_no))
@@ -261,6 +278,7 @@ progress_point as (
         group by all
     ) as st on st.run_id = s.run_id and st.step = s.last_step
     left join bar as b on b.run_id = s.run_id
+    left join resumed_from as rf on rf.run_id = s.run_id
 ),
 began as (
     -- training had begun: a step line (even validation's step:0) or the progress bar in the final segment, or
@@ -419,6 +437,15 @@ last_nan as (
       and list_has_any(h.nan_keys, ['actor/pg_loss', 'actor/grad_norm', 'actor/kl_loss', 'critic/vf_loss',
                                     'critic/grad_norm', 'actor/ppo_kl', 'actor/entropy'])
 ),
+nan_line as (
+    -- the driver log's step line of the step that went NaN: the cause when no error line names it
+    select l.run_id, arg_min(l.file, l.line_no) as file, min(l.line_no) as line_no, arg_min(l.text, l.line_no) as text
+    from step_lines as l
+    join last_nan as n on n.run_id = l.run_id and n.step = l.step
+    join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
+    join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
+    group by all
+),
 tail as (
     -- the driver log after its last progress
     select l.run_id, l.file, l.line_no, l.component, l.phase_hint, l.ts, regexp_replace(l.text, '^\s*\([^)]*\)\s*', '') as text,
@@ -453,6 +480,8 @@ tail_activity as (
                filter (where t.validating or t.tool_call) as early_phase
     from (
         select *, regexp_matches(text, '(?i)tool call|executing tool') as tool_call, case
+            -- a reward worker's own lines (verl's RewardManagerWorker, RewardLoopWorker): scoring
+            when coalesce(component, '') like '%Reward%' then 'reward'
             -- vLLM preempting, rollout filtering and DAPO's dynamic sampling asking for another batch
             when regexp_matches(text, 'is preempted by PreemptionMode|Got \d+ samples after \d+ trials|Keep generating')
                  or coalesce(component, '') like '%LoopWorker%' then 'gen'
@@ -599,18 +628,20 @@ disk_pressure as (
 ),
 stall as (
     -- evidence that the run stalled, strongest first: a waiting debugger, a scheduler epilogue at ~0% CPU,
-    -- notices that each say time passed without progress, then time with no progress (from the bar's own elapsed time or the lines' clocks) beyond what a
-    -- step takes
+    -- notices that each say time passed without progress, then time with no progress (from the bar's own
+    -- elapsed time or the lines' clocks) beyond what a step takes
     select
         s.run_id,
         greatest(cs.span_s, case when b.n >= s.last_step then b.stuck_s end) as stalled_s,
         case
             when bg.run_id is null then p.startup_stall_s
-            -- in the first step nothing says how long a step takes: lines that keep coming for a while
-            -- may be a slow first rollout, so only a longer silence of progress counts (the bar's own
-            -- elapsed time at an unchanged count is stronger evidence and keeps the shorter limit)
-            when st.median_step_s is null and coalesce(b.n, 0) = 0
-                 and coalesce(b.stuck_s, 0) < coalesce(cs.span_s, 0) then p.first_step_stall_s
+            -- in the first step of an attempt (from scratch or after a resume) nothing says how long this
+            -- attempt's step takes: lines that keep coming for a while may be a slow first rollout, so only a
+            -- longer silence of progress counts (the bar's own elapsed time at an unchanged count is stronger
+            -- evidence and keeps the shorter limit)
+            when tr.step is null and coalesce(b.n, 0) <= coalesce(fs.step, 0)
+                 and coalesce(b.stuck_s, 0) < coalesce(cs.span_s, 0) then greatest(p.first_step_stall_s,
+                     p.stall_step_factor * coalesce(st.median_step_s, 0))
             else greatest(p.min_stall_s, st.longest_step_s, p.stall_step_factor * coalesce(
                 st.median_step_s, b.last_elapsed / nullif(b.n, 0), 0))
         end as limit_s,
@@ -632,6 +663,8 @@ stall as (
     left join debugger as d using (run_id)
     left join stop as sp using (run_id)
     left join stall_notice as sn using (run_id)
+    left join trained as tr using (run_id)
+    left join final_start as fs using (run_id)
 ),
 hang as (
     -- a stalled run: the reason in words, how long, and the line that shows it
@@ -691,17 +724,18 @@ last_line as (
     join lines as l using (run_id, file, line_no)
 ),
 verdict as (
-    -- the first cause in time wins: an error before a stop ended the run, a stall before a stop too
+    -- the first cause in time wins: an error before a stop ended the run, a stall or NaN losses before a stop too
     select
         s.run_id,
         case
             when s.reached_end then 'completed'
             when c.failure_class is not null and c.first_position < coalesce(sp.position, c.first_position + 1) then
                 case when c.tier > 1 and n.run_id is not null then 'nan_divergence' else c.failure_class end
+            -- the last step's losses went NaN before whatever stopped, stalled or held the run after it
+            when n.run_id is not null then 'nan_divergence'
             when hd.run_id is not null then 'interrupted'
             when h.run_id is not null then 'hang'
             when sp.run_id is not null then 'interrupted'
-            when n.run_id is not null then 'nan_divergence'
             else 'no_outcome'
         end as failure_class
     from run_state as s
@@ -774,14 +808,19 @@ select
     s.expected_steps,
     s.last_step / nullif(s.expected_steps, 0) as completion,
     case when v.failure_class = 'hang' then h.file when v.failure_class = 'interrupted' then coalesce(hd.file, sp.file)
+         when v.failure_class = 'nan_divergence' and rt.run_id is null then nl.file
          when v.failure_class not in ('completed', 'no_outcome') then rt.root_cause_file end as root_cause_file,
     case when v.failure_class = 'hang' then h.line_no when v.failure_class = 'interrupted' then coalesce(hd.line_no, sp.line_no)
+         when v.failure_class = 'nan_divergence' and rt.run_id is null then nl.line_no
          when v.failure_class not in ('completed', 'no_outcome') then rt.root_cause_line_no end as root_cause_line_no,
     case when v.failure_class = 'hang' then h.text when v.failure_class = 'interrupted' then coalesce(hd.text, sp.message)
+         when v.failure_class = 'nan_divergence' and rt.run_id is null then nl.text
          when v.failure_class not in ('completed', 'no_outcome') then rt.root_cause_text end as root_cause_text,
     case when v.failure_class = 'hang' then h.hang_reason end as hang_reason,
     case when v.failure_class = 'hang' then h.hang_duration_s end as hang_duration_s,
-    case when v.failure_class = 'interrupted' then case when hd.run_id is not null then 'debugger' else sp.stop_reason end end as stop_reason,
+    -- a run whose losses went NaN keeps how it was then stopped
+    case when v.failure_class in ('interrupted', 'nan_divergence') then
+         case when hd.run_id is not null then 'debugger' else sp.stop_reason end end as stop_reason,
     case when v.failure_class not in ('completed', 'hang', 'no_outcome', 'interrupted')
          then rt.root_cause_event end as root_cause_event,
     case
@@ -827,6 +866,7 @@ left join tail_activity as ta using (run_id)
 left join hang as h using (run_id)
 left join stop as sp using (run_id)
 left join held as hd using (run_id)
+left join nan_line as nl using (run_id)
 left join began as bg using (run_id)
 left join driver_phase as dp using (run_id)
 left join last_line as ll using (run_id)

@@ -1054,6 +1054,84 @@ def _fourth_cases() -> list[Case]:
     return c
 
 
+def _fifth_cases() -> list[Case]:
+    """What the first diagnoses missed on logs kept aside: a NaN a person then stopped, stall notices that
+    repeat until the log ends, a rollout still going after a resume, the phase of a config error while the reference policy is
+    built, a resumed run dying in its first new step."""
+    c: list[Case] = []
+    ag = prefix("plain", "AgentLoopWorker", 5001)
+    nan = {"actor/pg_loss": float("nan"), "actor/grad_norm": float("nan")}
+    # the losses went NaN at step 6, then the user pressed Ctrl-C: the first cause in time wins (DESIGN.md)
+    c.append(Case("nan_then_ctrl_c", join(
+        trained_to(5, "np2", TR), step_line(6, "np2", TR, extra=dict(nan)), bar(6, 100, "09:12", TR), CTRL_C,
+    ), "nan_divergence", 6, None, stop_reason="keyboard", root="actor/pg_loss:np.float64(nan)"))
+    # vLLM's shm_broadcast warning, once a minute for 8 minutes after step 12, in a run whose steps take
+    # ~7 minutes (so 8 minutes of clocks alone are within two steps): each warning is a minute of no progress
+    c.append(Case("stall_vllm_shm_broadcast_warnings", join(
+        startup(TR), validation(0, "np2", TR), steps(1, 12, "np2", TR, timers={"step": 420.0, "gen": 300.0}),
+        [f"{W}INFO 06-01 11:{i:02d}:07 [shm_broadcast.py:501] No available shared memory broadcast block found in "
+         "60 seconds. This typically happens when some processes are hanging or doing some time-consuming work "
+         "(e.g. compilation, weight/kv cache quantization)." for i in range(1, 9)],
+    ), "hang", 12, "gen", root="No available shared memory broadcast block found"))
+    # Ray's autoscaler cannot place the workers for 9 minutes of start-up, until the log ends (its uptime clock)
+    c.append(Case("stall_unschedulable_through_startup", join(
+        startup(TR)[:12],
+        [f"(autoscaler +{m}m{s}s) Warning: The following resource request cannot be scheduled right now: "
+         "{'GPU': 1.0, 'CPU': 1.0}. This is likely due to all cluster resources being claimed by actors. Consider "
+         "creating fewer actors or adding more nodes to this Ray cluster." for m, s in ((0, 41), (1, 50), (3, 2),
+                                                                                      (5, 9), (7, 12), (9, 14))],
+    ), "hang", 0, "startup", root="cannot be scheduled right now"))
+    # a retriever refusing connections, retried every 10 s for 40 tries until the log ends (no clock on the lines)
+    c.append(Case("stall_retriever_refused_until_the_end", join(
+        trained_to(8, "np2", TR),
+        [f"{TR}[Retriever] request failed: HTTPConnectionPool(host='127.0.0.1', port=8000): Max retries exceeded "
+         "with url: /retrieve (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at "
+         "0x7f3b2c1d9e50>: Failed to establish a new connection: [Errno 111] Connection refused')). Retrying in 10.0s..."
+         for _ in range(40)],
+    ), "hang", 8, "gen", root="[Retriever] request failed"))
+    # a reward server answering an error, retried every 15 s until the log ends: the reward phase
+    rw = prefix("plain", "RewardLoopWorker", 6001)
+    c.append(Case("stall_reward_server_503_until_the_end", join(
+        trained_to(8, "np2", TR),
+        [f"{rw}reward server http://10.0.3.9:8000/score returned HTTP 503 Service Unavailable; retrying in 15s"
+         for _ in range(25)],
+    ), "hang", 8, "reward", root="returned HTTP 503"))
+    # resumed from step 40, the first new step's rollout under way: agent-loop workers log new samples for six
+    # minutes; with no step time to compare with, that is work, not a stall
+    t = datetime(2025, 6, 1, 10, 0, 0)
+    c.append(Case("resumed_rollout_in_progress_not_a_hang", join(
+        resumed_at(40, TR),
+        [logged(t + timedelta(seconds=20 * i), "INFO", f"[agent_loop] sample {i} finished: {2 + i % 3} turns, "
+                f"{700 + 13 * i} response tokens", ag) for i in range(19)],
+    ), "no_outcome", 40, "gen"))
+    # resumed from step 40 without a validation line or a bar, and dead in its first new step: the last step done
+    # is the checkpoint's
+    c.append(Case("resumed_crash_in_first_new_step", join(
+        startup(TR, total=200)[:-1],
+        f"{TR}Load from checkpoint folder: /ckpt/verl_examples/gsm8k/global_step_40",
+        f"{TR}Setting global step to 40",
+        gen_failure([], OOM, "OutOfMemoryError"),
+    ), "cuda_oom", 40, "gen", root="CUDA out of memory"))
+    # a config error while the reference policy is built: its checks are named `_validate_config` and its message
+    # says "validation", but the innermost verl frame is the reference worker's init: start-up
+    c.append(Case("config_error_building_reference_policy", join(
+        startup(TR)[:-2],
+        driver_traceback(
+            frame("/workspace/verl/verl/trainer/main_ppo.py", 303, "run", "trainer.init_workers()")
+            + frame("/workspace/verl/verl/trainer/ppo/ray_trainer.py", 858, "init_workers",
+                    "self.ref_policy_wg.init_model()"),
+            "init_model",
+            frame(FSDP, 640, "init_model", "self.ref_module_fsdp = self._build_model_optimizer(")
+            + frame(FSDP, 231, "_build_model_optimizer", "fsdp_config = omega_conf_to_dataclass(fsdp_config)")
+            + frame("/workspace/verl/verl/utils/config.py", 61, "omega_conf_to_dataclass", "cfg._validate_config()")
+            + frame("/workspace/verl/verl/workers/config/engine.py", 88, "_validate_config",
+                    "raise ValueError(f\"1 validation error for FSDPEngineConfig: {msg}\")"),
+            "ValueError: 1 validation error for FSDPEngineConfig: param_offload must be a bool, got 'yes'",
+            "ValueError", "WorkerDict.ref_init_model"),
+    ), "python_exception", 0, "startup", root="1 validation error for FSDPEngineConfig"))
+    return c
+
+
 def _pasted_without_escapes(cases: list[Case]) -> list[Case]:
     """Cases coloured as Ray prints to a terminal, then pasted from a web page that dropped the ESC byte of
     each colour code: `[36m(TaskRunner pid=3165)[0m step:...`."""
@@ -1062,5 +1140,5 @@ def _pasted_without_escapes(cases: list[Case]) -> list[Case]:
                  c.last_step, c.phase, c.stop_reason, c.root) for c in cases]
 
 
-_BASE = _first_cases() + _more_cases() + _third_cases() + _fourth_cases()
+_BASE = _first_cases() + _more_cases() + _third_cases() + _fourth_cases() + _fifth_cases()
 CASES = _BASE + _pasted_without_escapes([c for c in _BASE if "pid=" in c.text])

@@ -66,7 +66,7 @@ ERROR_WEAK_RE = r"Error|Exception"
 PROGRESS_RE = r"\d+%\||\| *\d+/\d+ \[|it/s\]|s/it\]|Training Progress"
 PHASE_RE = (
     r"(?P<method>generate_sequences|compute_ref_log_prob|compute_log_prob|compute_values|update_critic"
-    r"|update_actor|update_policy|update_weights|save_checkpoint|_validate|validation|testing"
+    r"|update_actor|update_policy|update_weights|save_checkpoint|_validate\b|validation|testing"
     r"|compute_rm_score|compute_reward|reward_fn)"
 )
 PHASES = {
