@@ -3,13 +3,12 @@
 -- Lines are matched with their numbers blanked to 0, so a pattern must not depend on digit values.
 with lines as (
     select
-        * exclude (component, text),
-        -- a container runtime's stamp before everything else (`kubectl logs --timestamps`) hides the Ray prefix
-        -- from ingest. Patterns are constants: one built per row is compiled for every row
-        coalesce(component, nullif(regexp_extract(
-            text, '^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z \(([^\s()=,]+) pid=', 1), '')) as component,
-        -- the Ray prefix is already in `component`; match on the message itself, indentation kept
-        regexp_replace(text, '^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?(?:\([^)]*\) ?)?', '') as body,
+        * exclude (text),
+        -- the Ray prefix is already in `component` (ingest reads it behind a container runtime's stamp, `kubectl
+        -- logs --timestamps`); match on the message itself, indentation kept. Patterns are constants: one built
+        -- per row is compiled for every row
+        regexp_replace(text, '^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) )?(?:\([^)]*\) ?)?', '')
+            as body,
         -- the phase an error or warning line, or a line with a hint, sets for the lines after it in its step
         case when kind in ('error', 'warning') or phase_hint is not null then case
             -- validation's notice names `recompute_log_prob`, a setting

@@ -447,8 +447,11 @@ nan_line as (
     group by all
 ),
 tail as (
-    -- the driver log after its last progress
-    select l.run_id, l.file, l.line_no, l.component, l.phase_hint, l.ts, regexp_replace(l.text, '^\s*\([^)]*\)\s*', '') as text,
+    -- the driver log after its last progress; a line's text is its message, behind a container runtime's stamp
+    -- and the Ray prefix
+    select l.run_id, l.file, l.line_no, l.component, l.phase_hint, l.ts,
+           regexp_replace(l.text, '^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) )?(?:\s*\([^)]*\)\s*)?', '')
+               as text,
            -- Ray's autoscaler stamps its notices with the cluster's uptime: `(autoscaler +1h2m3s)`
            case when l.text like '(autoscaler +%' or l.text like '(scheduler +%' then list_sum(list_transform(
                regexp_extract_all(l.text, '^\((?:autoscaler|scheduler) \+(\d+h)?(\d+m)?(\d+s)?\)', 0)[1]

@@ -1140,5 +1140,23 @@ def _pasted_without_escapes(cases: list[Case]) -> list[Case]:
                  c.last_step, c.phase, c.stop_reason, c.root) for c in cases]
 
 
+def _container_stamped(cases: list[Case]) -> list[Case]:
+    """Cases as `kubectl logs --timestamps` prints them: the container runtime's RFC 3339 stamp, in nanoseconds,
+    before every line, one second apart (so only cases whose outcome does not hang on the time between lines)."""
+    def stamped(text: str) -> str:
+        return "".join(f"{T0 + timedelta(seconds=i):%Y-%m-%dT%H:%M:%S}.{i % 1000:03d}456789Z {line}\n"
+                       for i, line in enumerate(text.split("\n")[:-1]))
+    return [Case(f"{c.name}_k8s", stamped(c.text), c.failure_class, c.last_step, c.phase, c.stop_reason, c.root)
+            for c in cases]
+
+
+# the stamp hides what each line starts with: Ctrl-C's KeyboardInterrupt, the JSONL logger's rows, the Ray
+# prefix that names a reward or agent-loop worker
+CONTAINER_STAMPED = (
+    "completed_v04_main_task_no_bar", "jsonl_file_logger_only", "ctrl_c_steps_flushed_after", "ctrl_c_during_startup",
+    "ctrl_c_traceback_in_fit", "ctrl_c_during_periodic_validation", "ctrl_c_during_checkpoint_save", "nan_then_ctrl_c",
+    "stall_reward_server_503_until_the_end", "resumed_rollout_in_progress_not_a_hang",
+)
 _BASE = _first_cases() + _more_cases() + _third_cases() + _fourth_cases() + _fifth_cases()
-CASES = _BASE + _pasted_without_escapes([c for c in _BASE if "pid=" in c.text])
+CASES = (_BASE + _pasted_without_escapes([c for c in _BASE if "pid=" in c.text])
+         + _container_stamped([c for c in _BASE if c.name in CONTAINER_STAMPED]))

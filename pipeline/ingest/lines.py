@@ -28,6 +28,9 @@ _CSI_INTERMEDIATE[0x20:0x30] = True
 _ALNUM = np.zeros(256, dtype=bool)
 _ALNUM[np.frombuffer(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", np.uint8)] = True
 OPT_PREFIX = r"^(?:\([^)]*\) ?)?"
+# a container runtime's stamp before every line (`kubectl logs --timestamps`, `docker logs -t`: RFC 3339)
+CONTAINER_STAMP_RE = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) "
+STAMP_SAMPLE_LINES = 64  # a block whose first lines carry no container stamp carries none
 PREFIX_RE = r"^\((?:(?P<comp>[^\s()=,]+) )?(?:pid=(?P<pid>\d+)|(?P<raylet>raylet))(?:, ip=[^)]*)?\)"
 TS_RE = OPT_PREFIX + r"(?:[A-Z]+:|\[)?(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)"
 
@@ -319,6 +322,15 @@ def _scatter(n: int, idx: np.ndarray, values: pa.Array, type_: pa.DataType) -> p
     return values.take(pa.array(pos, mask=pos < 0))
 
 
+def without_container_stamps(text: pa.StringArray) -> pa.StringArray:
+    """The lines without a container runtime's stamp in front (the same array when its first lines have none):
+    what the program itself printed, Ray prefix first, for every pattern anchored at a line's start."""
+    sample = text.slice(0, STAMP_SAMPLE_LINES)
+    if not pc.any(pc.match_substring_regex(sample, CONTAINER_STAMP_RE)).as_py():
+        return text
+    return pc.replace_substring_regex(text, CONTAINER_STAMP_RE, "")
+
+
 def classify(text: pa.StringArray, joined: pa.Buffer | None = None) -> Classified:
     """Kind, Ray prefix, phase hint and timestamp of every line (`joined`: the lines each followed by `\\n`).
 
@@ -332,10 +344,10 @@ def classify(text: pa.StringArray, joined: pa.Buffer | None = None) -> Classifie
     )
     component, pid = _prefix(text)
     if hits is None:
-        ts = _timestamps(text)
+        ts = line_times(text)
     else:  # few lines carry a timestamp (0.5% of the real logs'): parsed where Hyperscan found one
         stamped = np.flatnonzero(hits[-1])
-        ts = _scatter(len(text), stamped, _timestamps(text.take(pa.array(stamped))), pa.timestamp("us"))
+        ts = _scatter(len(text), stamped, line_times(text.take(pa.array(stamped))), pa.timestamp("us"))
     return Classified(kind, component, pid, phase_names, ts, config_open, resume_marker)
 
 
@@ -516,7 +528,7 @@ def _prefix(text: pa.StringArray) -> tuple[pa.Array, pa.Array]:
     return comp.take(at), pc.cast(pid_s, pa.int64()).take(at)
 
 
-def _timestamps(text: pa.StringArray) -> pa.Array:
+def line_times(text: pa.StringArray) -> pa.Array:
     """The timestamp near the start of each line (after a Ray prefix and a level), or null."""
     raw = pc.struct_field(pc.extract_regex(text, TS_RE), [0])
     if raw.null_count == len(raw):

@@ -50,7 +50,9 @@ from .lines import (
     classify,
     decode_block,
     iter_raw_blocks,
+    line_times,
     unclassified,
+    without_container_stamps,
 )
 from .memory import block_maxima, memory_table
 from .problems import LineProblems
@@ -129,9 +131,15 @@ def _stage_a(raw: bytes, limits: IngestLimits) -> BlockResult:
     lines = decode_block(raw, limits.max_line_bytes)
     rows = StepRows()
     try:
-        cls = classify(lines.text, lines.joined)
-        parse_step_lines(lines.text, np.flatnonzero(cls.kind == K_STEP), rows)
-        parse_memory_lines(lines.text, np.flatnonzero(cls.kind == K_MEMORY), rows)
+        # lines a container runtime stamped are classified and parsed as the program printed them; the stamp
+        # is their time (the text kept is the line as read)
+        text = without_container_stamps(lines.text)
+        stamped = text is not lines.text
+        cls = classify(text, None if stamped else lines.joined)
+        if stamped:
+            cls.ts = line_times(lines.text)
+        parse_step_lines(text, np.flatnonzero(cls.kind == K_STEP), rows)
+        parse_memory_lines(text, np.flatnonzero(cls.kind == K_MEMORY), rows)
         cls.kind[rows.tails] = K_STEP
     except Exception as exc:  # keep the lines even if their parse hits a bug
         cls = unclassified(len(lines.text))
