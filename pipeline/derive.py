@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from pipeline import lake, tables
 from pipeline.error_templates import NAME as ERROR_TEMPLATES
 from pipeline.error_templates import register_line_templates
+from pipeline.isolation import NOT_ANALYSED, SUMMARY
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "knowledge" / "derive_thresholds.toml"
@@ -87,6 +88,8 @@ def _params(name: str, run_ids: list[str], thresholds: Mapping[str, Mapping[str,
         params["thresholds"] = {**defaults, **overrides}
     if name == "run_advice":
         params["rules"] = list(advice_rules())
+    if name == SUMMARY:
+        params["not_analysed"] = NOT_ANALYSED
     return params
 
 

@@ -741,6 +741,9 @@ select
     tu.steps_lost,
     greatest(coalesce(r.n_segments, 1) - 1, 0) as resume_count,
     r.n_metric_values::double / nullif(r.n_metric_values + r.n_parse_failures, 0) as parse_completeness,
+    -- a step of this analysis that failed on this run alone (pipeline/isolation.py)
+    nullif(array_to_string(list_filter(r.problems, lambda p: starts_with(p, $not_analysed)), '; '), '')
+        as analysis_error,
     r.* exclude (run_id)
 from run as r
 left join run_state as s using (run_id)

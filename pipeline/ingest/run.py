@@ -531,7 +531,8 @@ def _ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits) ->
             "first_ts": t.first_ts if t.first_ts is not None else job.wandb.started_at,
             "last_ts": t.last_ts if t.last_ts is not None else job.wandb.ended_at,
             "mtime": datetime.fromtimestamp(entry.mtime) if entry.mtime else None,
-            "ingested_at": datetime.now().replace(microsecond=0),
+            # to the microsecond: it names this ingest, and run_summary carries it (incremental.is_unchanged)
+            "ingested_at": datetime.now(),
             **facts,
             "verl_format": _verl_format(t),
             "ingest_version": INGEST_VERSION,
