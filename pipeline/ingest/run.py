@@ -185,7 +185,8 @@ class _RunIngest:
         self.n_raw_rows = 0
         self.steps: set[int] = set()  # steps with a metric row
         self.seen_steps: set[int] = set()  # steps of step lines
-        self.needs_reconcile = False  # only when a (step, key) can occur twice: resumes, JSONL, seed timings
+        self.needs_reconcile = False  # only when a (step, key) can occur twice: resumes, JSONL, seed timings, a key
+        # given twice on one line
         self.memory: list[pa.Table] = []  # per block: the largest memory value per (segment, step, key)
         # their threads start at the first hand-off: a run of small files starts none
         self.parse_pool = ThreadPoolExecutor(2, thread_name_prefix="ingest-parse")
@@ -404,7 +405,7 @@ class _RunIngest:
         step[step < 0] = ctx[idx[step < 0]]
         segment = seg[idx].astype(np.int32)
         segment[source == SRC_JSONL] = -1
-        if (source == SRC_JSONL).any() or (source == SRC_SEED_TIMING).any():
+        if (source == SRC_JSONL).any() or (source == SRC_SEED_TIMING).any() or rows.n_duplicate_keys:
             self.needs_reconcile = True
         n = table.num_rows
         out = pa.table(
