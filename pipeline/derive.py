@@ -71,6 +71,12 @@ def advice_rules() -> tuple[dict, ...]:
     return tuple(out)
 
 
+def advice_config_keys() -> list[str]:
+    """Every config key an advice rule reads (its setting, older name, requires, unless), sorted."""
+    fields = ("setting", "older", "requires", "unless")
+    return sorted({rule[f] for rule in advice_rules() for f in fields if rule[f] is not None})
+
+
 def default_thresholds() -> dict[str, dict[str, float]]:
     """The thresholds each SQL file binds as `$thresholds`, by table (from derive_thresholds.toml)."""
     return {table: dict(values) for table, values in _thresholds_file().items()}
@@ -88,6 +94,8 @@ def _params(name: str, run_ids: list[str], thresholds: Mapping[str, Mapping[str,
         params["thresholds"] = {**defaults, **overrides}
     if name == "run_advice":
         params["rules"] = list(advice_rules())
+        params["config_keys"] = advice_config_keys()
+        params["config_paths"] = [f"$.{key}" for key in params["config_keys"]]
     if name == SUMMARY:
         params["not_analysed"] = NOT_ANALYSED
     return params
