@@ -82,3 +82,24 @@ def test_a_run_that_breaks_a_derived_table_leaves_the_batch_analysed(tmp_path, m
     assert _summary(warehouse, bad)[0] is None
     assert (warehouse / "step_health" / f"run_id={bad}").is_dir()
     assert 'id="not-analysed"' not in second.fleet_report.read_text()
+
+
+def test_a_step_that_fails_on_every_run_fails_the_analysis(tmp_path, monkeypatch):
+    if not (SHARED / "real-logs").is_dir():
+        pytest.skip("../shared/real-logs is missing")
+    from dagster import DagsterError
+
+    from pipeline import derive
+    from pipeline.analysis import analyze_archive
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    for run_id in RUNS[1:]:
+        shutil.copy(SHARED / "real-logs" / f"{run_id}.log", archive / f"{run_id}.log")
+
+    def broken(con, name, params, staging):
+        raise RuntimeError(f"{name} is broken")
+
+    monkeypatch.setattr(derive, "_write_query", broken)
+    with pytest.raises((RuntimeError, DagsterError), match="failed on each of the 2 runs"):
+        analyze_archive(archive, tmp_path / "warehouse", tmp_path / "reports")
