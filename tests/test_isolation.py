@@ -103,3 +103,23 @@ def test_a_step_that_fails_on_every_run_fails_the_analysis(tmp_path, monkeypatch
     monkeypatch.setattr(derive, "_write_query", broken)
     with pytest.raises((RuntimeError, DagsterError), match="failed on each of the 2 runs"):
         analyze_archive(archive, tmp_path / "warehouse", tmp_path / "reports")
+
+
+def test_a_run_whose_ingest_fails_is_listed_and_the_fleet_reported(tmp_path, monkeypatch):
+    if not (SHARED / "real-logs").is_dir():
+        pytest.skip("../shared/real-logs is missing")
+    from operate_support import fail_ingest_of
+
+    from pipeline.analysis import analyze_archive
+
+    archive, reports = tmp_path / "archive", tmp_path / "reports"
+    archive.mkdir()
+    for run_id in RUNS:
+        shutil.copy(SHARED / "real-logs" / f"{run_id}.log", archive / f"{run_id}.log")
+    fail_ingest_of(monkeypatch, RUNS[1])
+    outcome = analyze_archive(archive, tmp_path / "warehouse", reports)
+    assert list(outcome.not_analysed) == [RUNS[1]]
+    assert outcome.not_analysed[RUNS[1]][0].startswith("could not be analysed: ingest failed: OSError")
+    assert (reports / "runs" / f"{RUNS[0]}.html").is_file() and (reports / "runs" / f"{RUNS[2]}.html").is_file()
+    fleet = outcome.fleet_report.read_text()
+    assert 'id="not-analysed"' in fleet and "No space left on device" in fleet
