@@ -23,6 +23,7 @@ from pipeline.assets import (
 from pipeline.assets.report import DAY_TAG, MAIL_TAG
 from pipeline.dagster_storage import plan_ranges_in_one_event, skip_flush_under
 from pipeline.incremental import REINGEST_TAG, split_changed
+from pipeline.isolation import not_analysed
 from pipeline.lake import connect, refresh_catalog
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.quality import model_age_days, model_refit_due
@@ -61,6 +62,8 @@ class ArchiveOutcome:
     seconds: float
     unchanged: list[str] = field(default_factory=list)
     no_model: bool = False  # no anomaly model after the analysis (no training step in the warehouse yet)
+    # runs a step failed on alone (pipeline/isolation.py) -> the problems saying which step and why
+    not_analysed: dict[str, list[str]] = field(default_factory=dict)
 
 def resolve_entry(run: str, archive_root: str | Path, quiet_period_s: int = 600):
     """The archive entry for a path to a run (folder, .tar.gz, .gz) or a run_id under `archive_root`."""
@@ -170,6 +173,7 @@ def analyze_archive(
         seconds=time.perf_counter() - started,
         unchanged=unchanged,
         no_model=model_age_days(warehouse) is None,
+        not_analysed=not_analysed(warehouse, ordered),
     )
 
 def entry_root(entry, archive_root: str | Path) -> Path:

@@ -34,6 +34,8 @@ def _print_outcome(outcome, reports: Path) -> None:
         print(f"  skipped {rid}: {why}")
     for err in outcome.errors:
         print(f"  archive problem: {err}")
+    for rid, why in sorted(outcome.not_analysed.items()):
+        print(f"  not analysed {rid}: " + "; ".join(why))
     print(f"run reports:  {reports / 'runs'}")
     if outcome.fleet_report:
         print(f"fleet report: {outcome.fleet_report}")
@@ -92,6 +94,8 @@ def _analyze_one(args: argparse.Namespace) -> int:
                               instance=_dagster_instance(args), force=args.force, refit=args.refit,
                               include={entry.run_id})
     print(f"{entry.run_id}: {verdict(args.warehouse, entry.run_id)}")
+    for why in outcome.not_analysed.get(entry.run_id, []):
+        print(f"  {why}")
     _print_model_note(outcome)
     print(f"run report:   {Path(args.reports) / 'runs' / f'{entry.run_id}.html'}")
     return 0

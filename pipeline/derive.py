@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from pipeline import lake, tables
 from pipeline.error_templates import NAME as ERROR_TEMPLATES
 from pipeline.error_templates import register_line_templates
+from pipeline.isolation import NOT_ANALYSED, SUMMARY
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "knowledge" / "derive_thresholds.toml"
@@ -70,6 +71,12 @@ def advice_rules() -> tuple[dict, ...]:
     return tuple(out)
 
 
+def advice_config_keys() -> list[str]:
+    """Every config key an advice rule reads (its setting, older name, requires, unless), sorted."""
+    fields = ("setting", "older", "requires", "unless")
+    return sorted({rule[f] for rule in advice_rules() for f in fields if rule[f] is not None})
+
+
 def default_thresholds() -> dict[str, dict[str, float]]:
     """The thresholds each SQL file binds as `$thresholds`, by table (from derive_thresholds.toml)."""
     return {table: dict(values) for table, values in _thresholds_file().items()}
@@ -87,6 +94,10 @@ def _params(name: str, run_ids: list[str], thresholds: Mapping[str, Mapping[str,
         params["thresholds"] = {**defaults, **overrides}
     if name == "run_advice":
         params["rules"] = list(advice_rules())
+        params["config_keys"] = advice_config_keys()
+        params["config_paths"] = [f"$.{key}" for key in params["config_keys"]]
+    if name == SUMMARY:
+        params["not_analysed"] = NOT_ANALYSED
     return params
 
 

@@ -56,7 +56,7 @@ TABLES = (
             " rollout_engine varchar, n_gpus_per_node bigint, nnodes bigint, rollout_n bigint,"
             " rollout_tp bigint, train_batch_size bigint, ppo_mini_batch_size bigint,"
             " ppo_micro_batch_size_per_gpu bigint, total_training_steps bigint,"
-            " gpu_memory_utilization double, config_json varchar"
+            " gpu_memory_utilization double, config_json varchar, problems varchar[]"
         ),
     ),
     Table(

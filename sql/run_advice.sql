@@ -1,15 +1,20 @@
 -- One row per configuration change suggested for a run that did not complete: which setting, the run's
 -- own value, the value to try, why, and the knowledge-base rule it comes from. Reads run_summary (with
 -- the config dump as JSON) and config_findings.
--- Bound parameters: $run_ids VARCHAR[], $rules STRUCT[] (pipeline/knowledge/run_advice.toml).
+-- Bound parameters: $run_ids VARCHAR[], $rules STRUCT[] (pipeline/knowledge/run_advice.toml), $config_keys
+-- VARCHAR[] (every config key a rule reads) and $config_paths VARCHAR[] (their JSON paths).
 with rule as (
     select unnest($rules, recursive := true)
 ),
 run as (
-    select run_id, failure_class, failure_phase, coalesce(root_cause_text, '') as cause,
-           coalesce(hang_reason, '') as hang_reason, config_json
-    from run_summary
-    where run_id in (select unnest($run_ids)) and failure_class <> 'completed'
+    -- each key the rules read, from the config dump parsed once per run: a rule each parsing a 30 MB dump
+    -- (or a 2 M-element list in it) ran the connection out of memory
+    select s.run_id, s.failure_class, s.failure_phase, coalesce(s.root_cause_text, '') as cause,
+           coalesce(s.hang_reason, '') as hang_reason,
+           map($config_keys, coalesce(json_extract_string(s.config_json, $config_paths),
+                                      list_transform($config_keys, lambda k: null::varchar))) as config
+    from run_summary as s
+    where s.run_id in (select unnest($run_ids)) and s.failure_class <> 'completed'
 ),
 findings as (
     select run_id, list(distinct finding) as findings
@@ -21,11 +26,11 @@ matched as (
     select
         s.run_id, s.cause, r.* replace (
             -- older verl versions name some knobs differently (a global micro batch, not per GPU)
-            case when json_extract_string(s.config_json, '$.' || r.setting) is null
-                      and json_extract_string(s.config_json, '$.' || r.older) is not null
+            case when s.config[r.setting] is null
+                      and s.config[r.older] is not null
                  then r.older else r.setting end as setting),
-        case when r.kind = 'config' then coalesce(json_extract_string(s.config_json, '$.' || r.setting),
-                                                 json_extract_string(s.config_json, '$.' || r.older)) end
+        case when r.kind = 'config' then coalesce(s.config[r.setting],
+                                                 s.config[r.older]) end
             as current_value,
         case when r.fact is not null then coalesce(
             nullif(regexp_extract(s.cause, r.fact, 1), ''), nullif(regexp_extract(s.cause, r.fact, 2), '')) end
@@ -38,8 +43,8 @@ matched as (
       and (r.text is null or regexp_matches(s.cause, r.text))
       and (r.hang is null or regexp_matches(s.hang_reason, r.hang))
       and (r.finding is null or list_contains(coalesce(f.findings, []), r.finding))
-      and (r.requires is null or json_extract_string(s.config_json, '$.' || r.requires) = 'true')
-      and (r.unless is null or coalesce(json_extract_string(s.config_json, '$.' || r.unless), 'false') <> 'true')
+      and (r.requires is null or s.config[r.requires] = 'true')
+      and (r.unless is null or coalesce(s.config[r.unless], 'false') <> 'true')
 ),
 valued as (
     -- the value to try, moved from the run's own value; null where the rule has nothing to move

@@ -458,17 +458,17 @@ tail as (
                    .regexp_extract_all('\d+[hms]'),
                lambda x: regexp_extract(x, '\d+')::bigint * case right(x, 1) when 'h' then 3600 when 'm' then 60 else 1 end)) end as uptime_s
     from lines as l
-    -- one row per run (its driver log's final segment after the last progress) joined to the lines, so
-    -- the lines are probed and pruned by it, never hashed themselves
-    join (
-        select s.run_id, s.final_segment, mf.file, coalesce(pp.line_no, 0) as after_line_no
-        from run_state as s
-        join main_file as mf using (run_id)
-        left join progress_point as pp using (run_id)
-    ) as f on f.run_id = l.run_id and f.final_segment = l.segment and f.file = l.file
-    where l.line_no > f.after_line_no
-      -- bounds every run shares, applied before the join, so it hashes only the lines past them (its
-      -- estimates can put the lines on the hashed side)
+    -- the lines past each run's last progress in its driver log's final segment, looked up in one map of
+    -- the runs (a join hashed the lines where its estimates put them on the build side: a 5 M-line run ran
+    -- the connection out of memory)
+    where l.line_no > coalesce((select map_from_entries(list({
+              'k': {'run_id': s.run_id, 'segment': s.final_segment, 'file': mf.file},
+              'v': coalesce(pp.line_no, 0)}))
+          from run_state as s
+          join main_file as mf using (run_id)
+          left join progress_point as pp using (run_id))[{'run_id': l.run_id, 'segment': l.segment, 'file': l.file}],
+          l.line_no)
+      -- bounds every run shares, checked first
       and l.segment >= (select min(final_segment) from run_state)
       and l.line_no > (select min(coalesce(line_no, 0)) from progress_point)
 ),
@@ -860,6 +860,9 @@ select
     tu.steps_lost,
     greatest(coalesce(r.n_segments, 1) - 1, 0) as resume_count,
     r.n_metric_values::double / nullif(r.n_metric_values + r.n_parse_failures, 0) as parse_completeness,
+    -- a step of this analysis that failed on this run alone (pipeline/isolation.py)
+    nullif(array_to_string(list_filter(r.problems, lambda p: starts_with(p, $not_analysed)), '; '), '')
+        as analysis_error,
     r.* exclude (run_id)
 from run as r
 left join run_state as s using (run_id)

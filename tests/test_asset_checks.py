@@ -146,8 +146,12 @@ def test_a_run_whose_ingest_fails_stops_no_other(tmp_path, monkeypatch):
     ingest = next(m for m in result.get_asset_materialization_events() if m.asset_key.to_user_string() == "runs")
     problems = ingest.materialization.metadata["problems"].value
     assert list(problems) == ["run-b"] and "ingest failed" in problems["run-b"][0]
-    summary = dict(connect(tmp_path / "wh").execute("select run_id, last_step from run_summary").fetchall())
-    assert summary == {"run-a": 4, "run-c": 4}
+    summary = {r: (step, error) for r, step, error in connect(tmp_path / "wh").execute(
+        "select run_id, last_step, analysis_error from run_summary").fetchall()}
+    assert {r: summary[r][0] for r in ("run-a", "run-c")} == {"run-a": 4, "run-c": 4}
+    # the run whose ingest failed is in the summary, said not to be analysed, with why
+    assert summary["run-a"][1] is None and summary["run-c"][1] is None
+    assert summary["run-b"][1].startswith("could not be analysed: ingest failed: ")
 
 
 def test_unchanged_runs_are_not_ingested_again(tmp_path):

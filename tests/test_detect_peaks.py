@@ -89,3 +89,12 @@ def test_peak_median_leaves_the_flagged_steps_out():
     healthy = health.loc[~health.step.isin(result.loc[result.is_anomaly, "step"]), "response_length_mean"]
     assert f"the run's median {healthy.median():.4g}" in text
     assert f"the run's median {pd.Series(health['response_length_mean']).median():.4g}" not in text
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_run_of_fewer_steps_than_the_settling_window_is_scored_alone(n):
+    # a batch holding one run with one or two scored steps (analyze --run of a run that died at step 1)
+    phases, health = make_run(n=n)
+    result = score_frame(phases, health)
+    assert list(result["step"]) == list(range(1, n + 1))
+    assert not result["is_anomaly"].any()

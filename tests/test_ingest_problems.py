@@ -70,3 +70,17 @@ def test_wandb_run_folder_takes_its_config_from_config_yaml(tmp_path):
     assert run.run["experiment_name"] == "wandb-run"
     assert run.run["gpu_memory_utilization"] == 0.55 and run.run["rollout_engine"] == "vllm"
     assert run.run["total_training_steps"] == 42
+
+
+def test_a_key_given_twice_on_a_step_line_keeps_its_last_value(tmp_path):
+    from pipeline.derive import derive_run_table
+
+    text = ("step:1 - actor/entropy:0.5 - actor/entropy:0.6 - timing_s/step:10.0\n"
+            "step:2 - actor/entropy:0.4 - timing_s/step:11.0\n")
+    run = ingest_text(tmp_path, text)
+    entropy = sorted((m["step"], m["value"]) for m in run.metrics if m["key"] == "actor/entropy")
+    assert entropy == [(1, 0.6), (2, 0.4)]
+    assert run.run["problems"] == ["run-a.log:1: metric key given twice on one step line: actor/entropy "
+                                   "(the last value kept)"]
+    # step_health builds a map of the verl keys per step, which a repeated key broke
+    assert derive_run_table(tmp_path / "wh", "step_health", ["run-a"]) == 2

@@ -103,3 +103,47 @@ def test_refit_alone_refits_an_unchanged_archive(tmp_path):
     again = analyze_archive(archive, warehouse, reports, refit=True)
     assert again.run_ids == []
     assert json.loads(meta_path.read_text())["fitted_at_unix"] > fitted_at
+
+
+def test_a_run_ingested_again_but_not_derived_is_redone(tmp_path):
+    """A run whose log grew is ingested again, then the analysis stops (a kill) before its tables are derived:
+    the next analysis must not call it unchanged, though every partition and its report exist."""
+    import json
+    import os
+
+    import duckdb
+    import pytest
+
+    from pipeline.analysis import analyze_archive
+    from pipeline.ingest import discover_runs, ingest_run
+    from tests.conftest import SHARED
+
+    name = "16_opd_qwen_1_5b_normal_12steps_wandb_output"
+    real = SHARED / "real-logs" / f"{name}.log"
+    if not real.is_file():
+        pytest.skip("../shared/real-logs is missing")
+    label = next(json.loads(line) for line in (SHARED / "real-logs" / "LABELS.jsonl").read_text().splitlines()
+                 if line.startswith(f'{{"file": "{name}.log"'))
+    archive, warehouse, reports = tmp_path / "archive", tmp_path / "warehouse", tmp_path / "reports"
+    archive.mkdir()
+    log, whole = archive / f"{name}.log", real.read_bytes()
+    log.write_bytes(whole[: len(whole) * 55 // 100])
+    os.utime(log, (time.time() - 100, time.time() - 100))
+    analyze_archive(archive, warehouse, reports)
+
+    def last_step():
+        con = duckdb.connect()
+        try:
+            return con.execute("select last_step from read_parquet($p)",
+                               {"p": str(warehouse / "run_summary" / f"run_id={name}" / "*.parquet")}).fetchone()[0]
+        finally:
+            con.close()
+
+    assert last_step() < label["last_step"]
+    log.write_bytes(whole)
+    entry = discover_runs(archive, quiet_period_s=0).entries[0]
+    ingest_run(entry, warehouse)  # the new ingest; the analysis is killed before derive
+    assert split_changed([entry], warehouse, reports) == ([name], [])
+    again = analyze_archive(archive, warehouse, reports)
+    assert again.run_ids == [name]
+    assert last_step() == label["last_step"]

@@ -182,3 +182,18 @@ def test_no_oom_advice_moves_a_memory_knob_up(tmp_path, phase):
                 assert float(suggested) < float(current), (setting, current, suggested)
                 moved += 1
     assert moved or phase == "startup"
+
+
+@pytest.mark.parametrize("bulk", ["list", "string"])
+def test_a_huge_config_dump_gets_the_same_advice(tmp_path, bulk):
+    # a 2 M-element list, or a 30 MB string, in the dump: each rule parsing the whole dump ran out of memory
+    cfg = config(**{A + "ppo_micro_batch_size_per_gpu": 8, A + "use_dynamic_bsz": False,
+                    "actor_rollout_ref__model__enable_gradient_checkpointing": False,
+                    A + "fsdp_config__optimizer_offload": False})
+    cfg["bomb"] = [1] * 2_000_000 if bulk == "list" else "x" * 30_000_000
+    write_run(tmp_path, "r", "cuda_oom", "update_actor", cfg)
+    assert advice(tmp_path, ["r"])["r"] == [
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "8", "4"),
+        ("actor_rollout_ref.model.enable_gradient_checkpointing", "false", "true"),
+        ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "false", "true"),
+    ]

@@ -14,6 +14,7 @@ from dagster import (
 
 from pipeline import tables
 from pipeline.derive import derive_fleet_table, derive_run_table
+from pipeline.isolation import isolated_runs
 from pipeline.lake import fleet_table_path, refresh_catalog, table_dir
 from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, phase_sums_consistent
@@ -42,12 +43,13 @@ def _run_table_asset(name: str) -> AssetsDefinition:
         check_specs=checks,
     )
     def _table(context: AssetExecutionContext, warehouse: WarehouseResource):
-        run_ids = list(context.partition_keys)
-        rows = derive_run_table(warehouse.root, name, run_ids)
+        counts, run_ids = isolated_runs(warehouse.root, name, list(context.partition_keys),
+                                        lambda ids: derive_run_table(warehouse.root, name, ids), context.log)
         yield MaterializeResult(
             metadata={
                 "runs": len(run_ids),
-                "rows": rows,
+                "failed_runs": len(context.partition_keys) - len(run_ids),
+                "rows": sum(counts),
                 "path": MetadataValue.path(str(table_dir(warehouse.root, name))),
                 "sql": MetadataValue.path(f"sql/{name}.sql"),
             }

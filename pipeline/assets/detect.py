@@ -16,6 +16,7 @@ from pydantic import Field
 
 from pipeline import tables
 from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
+from pipeline.isolation import isolated_runs
 from pipeline.lake import table_dir
 from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, model_age_days, model_refit_due, refit_after_days
@@ -90,12 +91,13 @@ def anomaly_model_fresh(warehouse: WarehouseResource) -> AssetCheckResult:
 def step_anomalies(context: AssetExecutionContext, warehouse: WarehouseResource):
     """Every step scored by the stored model and the rules, with class, explanation (and, for class `other`,
     the signals that drove the model), and episodes."""
-    run_ids = list(context.partition_keys)
-    flagged = score_runs(warehouse.root, run_ids)
+    flagged, run_ids = isolated_runs(warehouse.root, "step_anomalies", list(context.partition_keys),
+                                     lambda ids: score_runs(warehouse.root, ids), context.log)
     yield MaterializeResult(
         metadata={
             "runs": len(run_ids),
-            "flagged_steps": flagged,
+            "failed_runs": len(context.partition_keys) - len(run_ids),
+            "flagged_steps": sum(flagged),
             "path": MetadataValue.path(str(table_dir(warehouse.root, "step_anomalies"))),
         }
     )

@@ -15,6 +15,7 @@ from dagster import (
 from pipeline import tables
 from pipeline.incremental import INGEST_TABLES, REINGEST_TAG, ingest_is_current
 from pipeline.ingest.batch import ingest_batch
+from pipeline.isolation import isolate, mark_not_analysed
 from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, lines_conserved, steps_contiguous
 from pipeline.resources import ArchiveResource, WarehouseResource
@@ -80,10 +81,12 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
             unchanged.append(run_id)
         else:
             todo.append(entry)
-    for entry, result, failure in ingest_batch(todo, warehouse.root, limits):
+    batches, crashed = isolate(todo, lambda entries: list(ingest_batch(entries, warehouse.root, limits)))
+    outcomes = [o for batch in batches for o in batch] + [(todo[i], None, error) for i, error in crashed.items()]
+    for entry, result, failure in outcomes:
         run_id = entry.run_id
         if result is None:
-            problems[run_id] = [f"ingest failed: {failure}"]
+            problems[run_id] = [mark_not_analysed(warehouse.root, run_id, "ingest", failure)]
             context.log.error(f"{run_id}: {problems[run_id][0]}")
             continue
         per_run.append((run_id, result.n_lines, result.n_steps, result.n_bytes, len(result.problems)))

@@ -11,10 +11,11 @@ from dagster import (
 )
 
 from pipeline import tables
+from pipeline.isolation import isolated_runs
 from pipeline.partitions import run_partitions
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
 from pipeline.report.batch import render_run_reports
-from pipeline.report.render import fleet_mail_page, fleet_report_day, mail_page_path
+from pipeline.report.render import fleet_mail_page, fleet_report_day, mail_page_path, run_report_path
 from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 
 DAY_TAG = "verl-health/day"
@@ -42,10 +43,16 @@ def report_day(context: AssetExecutionContext) -> dt.date:
 def run_report(context: AssetExecutionContext, warehouse: WarehouseResource,
                reports: ReportsResource) -> MaterializeResult:
     """HTML health report of each run: verdict, root cause and advice, phases, curves, anomalies."""
-    paths = render_run_reports(warehouse.root, list(context.partition_keys), reports.root)
+    run_ids = list(context.partition_keys)
+    rendered, done = isolated_runs(warehouse.root, "run_report", run_ids,
+                                   lambda ids: render_run_reports(warehouse.root, ids, reports.root), context.log)
+    for run_id in set(run_ids) - set(done):  # an older report of the run would pass for this analysis
+        run_report_path(reports.root, run_id).unlink(missing_ok=True)
+    paths = [p for batch in rendered for p in batch]
     return MaterializeResult(
         metadata={
             "reports": len(paths),
+            "failed_runs": len(context.partition_keys) - len(paths),
             "path": MetadataValue.path(str(paths[0].parent)) if paths else MetadataValue.text("none"),
             "bytes": sum(p.stat().st_size for p in paths),
         }

@@ -71,7 +71,8 @@ def _quiet_ahead(runs: np.ndarray, moved: np.ndarray) -> np.ndarray:
     quiet = ~moved
     out = quiet.copy()
     for k in range(1, SETTLED_STEPS):
-        ahead = np.r_[quiet[k:], np.zeros(k, bool)]
-        same = np.r_[runs[k:] == runs[:-k], np.zeros(k, bool)] if len(runs) > k else np.zeros(len(runs), bool)
-        out &= ahead & same
+        # the last k rows have no row k ahead (all rows, when there are fewer than k + 1)
+        ahead = np.zeros(len(runs), bool)
+        ahead[: max(len(runs) - k, 0)] = quiet[k:] & (runs[k:] == runs[:-k])
+        out &= ahead
     return out

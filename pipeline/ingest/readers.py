@@ -29,7 +29,9 @@ class IngestLimits:
 
     max_total_bytes: int = 64 * 2**30  # decompressed bytes per run: the decompression-bomb guard
     max_members: int = 100_000  # files per run (folder files or archive members)
-    max_line_bytes: int = 64 * 2**20  # longer lines are kept truncated to this size
+    # longer lines are kept truncated to this size: a derive query holds a batch's texts, so a few multi-MB lines
+    # (a 50 MB line beside a decompression bomb's 64 MB of NULs) ran its connection out of memory
+    max_line_bytes: int = 2**20
     block_bytes: int = 16 * 2**20  # bytes per block: several blocks are in flight at once
     metric_rows_in_memory: int = 2**20  # a run's metric rows beyond this go to a scratch file DuckDB reconciles
 

@@ -26,10 +26,10 @@ SOURCE_RANK = (
     "case source " + " ".join(f"when '{s}' then {r}" for s, r in SOURCE_RANKS.items()) + f" else {OTHER_RANK} end"
 )
 # One value per (step, key): the later segment wins, then console over the seed formats over JSONL,
-# then the later line. JSONL rows carry segment -1: the file logger is truncated at every start-up,
-# so what it holds belongs to the last segment.
+# then the later line, then the later value of a line giving the key twice. JSONL rows carry segment -1:
+# the file logger is truncated at every start-up, so what it holds belongs to the last segment.
 RECONCILE_SQL = f"""
-with raw as (select * from read_parquet($path)),
+with raw as (select * from read_parquet($path, file_row_number = true)),
 last_segment as (select coalesce(max(segment), 0) as s from raw),
 fixed as (
     select * replace (case when segment < 0 then (select s from last_segment) else segment end as segment)
@@ -38,7 +38,7 @@ fixed as (
 select step, key, value, source, segment::integer as segment, file, line_no
 from fixed
 qualify row_number() over (
-    partition by step, key order by segment desc, {SOURCE_RANK} asc, file desc, line_no desc
+    partition by step, key order by segment desc, {SOURCE_RANK} asc, file desc, line_no desc, file_row_number desc
 ) = 1
 order by step, key
 """

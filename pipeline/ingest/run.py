@@ -193,7 +193,8 @@ class _RunIngest:
         self.n_raw_rows = 0
         self.steps: set[int] = set()  # steps with a metric row
         self.seen_steps: set[int] = set()  # steps of step lines
-        self.needs_reconcile = False  # only when a (step, key) can occur twice: resumes, JSONL, seed timings
+        self.needs_reconcile = False  # only when a (step, key) can occur twice: resumes, JSONL, seed timings, a key
+        # given twice on one line
         self.memory: list[pa.Table] = []  # per block: the largest memory value per (segment, step, key)
         # their threads start at the first hand-off: a run of small files starts none
         self.parse_pool = ThreadPoolExecutor(2, thread_name_prefix="ingest-parse")
@@ -412,7 +413,7 @@ class _RunIngest:
         step[step < 0] = ctx[idx[step < 0]]
         segment = seg[idx].astype(np.int32)
         segment[source == SRC_JSONL] = -1
-        if (source == SRC_JSONL).any() or (source == SRC_SEED_TIMING).any():
+        if (source == SRC_JSONL).any() or (source == SRC_SEED_TIMING).any() or rows.n_duplicate_keys:
             self.needs_reconcile = True
         n = table.num_rows
         out = pa.table(
@@ -539,7 +540,8 @@ def _ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits) ->
             "first_ts": t.first_ts if t.first_ts is not None else job.wandb.started_at,
             "last_ts": t.last_ts if t.last_ts is not None else job.wandb.ended_at,
             "mtime": datetime.fromtimestamp(entry.mtime) if entry.mtime else None,
-            "ingested_at": datetime.now().replace(microsecond=0),
+            # to the microsecond: it names this ingest, and run_summary carries it (incremental.is_unchanged)
+            "ingested_at": datetime.now(),
             **facts,
             "verl_format": _verl_format(t),
             "ingest_version": INGEST_VERSION,

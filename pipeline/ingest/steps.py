@@ -64,6 +64,7 @@ class StepRows:
     n_v04: int = 0
     n_v04_sampled: int = 0
     n_seed: int = 0
+    n_duplicate_keys: int = 0  # values of a key given again on the same step line
     problems: list = field(default_factory=list)  # (line_idx, message)
 
     def add(self, step: int, key: str, value: float, source: int, line_idx: int) -> None:
@@ -284,7 +285,14 @@ def _parse_console(rest: pa.StringArray, starts: np.ndarray, steps: np.ndarray, 
             "line_idx": pa.array(starts[parent]),
         }
     )
-    rows.arrow.append(table if n_ok == n else table.filter(pa.array(ok)))
+    table = table if n_ok == n else table.filter(pa.array(ok))
+    counts = table.group_by(["line_idx", "key"]).aggregate([("value", "count")])
+    if counts.num_rows < table.num_rows:  # a key given twice on one line: the reconcile keeps its last value
+        rows.n_duplicate_keys += table.num_rows - counts.num_rows
+        repeated = counts.filter(pc.greater(counts.column("value_count"), 1))
+        for line_idx, key in zip(repeated.column("line_idx").to_pylist(), repeated.column("key").to_pylist()):
+            rows.problems.append((line_idx, f"metric key given twice on one step line: {key} (the last value kept)"))
+    rows.arrow.append(table)
 
 
 def _unwrap_np(val: pa.StringArray) -> tuple[pa.StringArray, np.ndarray]:

@@ -108,6 +108,7 @@ def fleet_context(data: FleetReportData, png: bool = False) -> dict[str, Any]:
         "week_rows": week_rows(week),
         "last_ended": max((r.ended_at for r in runs if r.ended_at is not None), default=None),
         "regressions": [r for r in runs if r.regression],
+        "not_analysed": [r for r in runs if r.analysis_error],
         "share_chart": fleet_charts.share_bars(_group_shares(data.groups), png),
         "weekly_chart": _weekly_chart(data.weeks, png),
     }

@@ -83,7 +83,12 @@ def render_run_report(warehouse: str | Path, run_id: str, reports_dir: str | Pat
 def write_run_report(data: RunReportData, reports_dir: str | Path) -> Path:
     """Write `reports_dir/runs/<run_id>.html` from a run's report data and return its path."""
     html = ENV.get_template("run.html.j2").render(**run_context(data))
-    return _write(Path(reports_dir) / "runs" / f"{lake.check_run_id(data.run_id)}.html", html)
+    return _write(run_report_path(reports_dir, data.run_id), html)
+
+
+def run_report_path(reports_dir: str | Path, run_id: str) -> Path:
+    """Where the report of `run_id` is: `reports_dir/runs/<run_id>.html`."""
+    return Path(reports_dir) / "runs" / f"{lake.check_run_id(run_id)}.html"
 
 
 def text_path(report: Path) -> Path:
