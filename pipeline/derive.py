@@ -24,7 +24,15 @@ from pipeline import lake, tables
 from pipeline.error_templates import NAME as ERROR_TEMPLATES
 from pipeline.error_templates import register_line_templates
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+def _sql_dir() -> Path:
+    """The SQL files: inside the package where a wheel put them (setup.py), else `sql/` of the checkout."""
+    package = Path(__file__).resolve().parent
+    shipped = package / "sql"
+    return shipped if shipped.is_dir() else package.parent / "sql"
+
+
+SQL_DIR = _sql_dir()
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "knowledge" / "derive_thresholds.toml"
 ADVICE_FILE = Path(__file__).resolve().parent / "knowledge" / "run_advice.toml"
 # every field an advice rule may set (see run_advice.toml); a rule leaves the rest null
