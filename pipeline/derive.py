@@ -268,19 +268,21 @@ def derive_fleet_table(warehouse: str | Path, name: str) -> int:
     """Recompute one fleet table from the per-run tables; returns its row count."""
     if name not in FLEET_TABLES:
         raise ValueError(f"{name} is not a fleet table ({', '.join(FLEET_TABLES)})")
-    con = _connect(warehouse, [name])
-    try:
-        return _fleet_table(con, warehouse, name)
-    finally:
-        con.close()
+    with lake.fleet_lock(warehouse):
+        con = _connect(warehouse, [name])
+        try:
+            return _fleet_table(con, warehouse, name)
+        finally:
+            con.close()
 
 
 def derive_fleet_tables(warehouse: str | Path) -> dict[str, int]:
     """Recompute every fleet table; returns rows written per table."""
-    con = _connect(warehouse, FLEET_TABLES)
-    try:
-        counts = {name: _fleet_table(con, warehouse, name) for name in FLEET_TABLES}
-    finally:
-        con.close()
+    with lake.fleet_lock(warehouse):
+        con = _connect(warehouse, FLEET_TABLES)
+        try:
+            counts = {name: _fleet_table(con, warehouse, name) for name in FLEET_TABLES}
+        finally:
+            con.close()
     lake.refresh_catalog(warehouse)
     return counts
