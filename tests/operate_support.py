@@ -1,11 +1,15 @@
-"""Shared helpers of the operate tests: a free local port, a fake verl run on disk, layer presence."""
+"""Shared helpers of the operate tests: a free local port, a server process, a fake verl run on disk."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,3 +63,40 @@ def fail_ingest_of(monkeypatch, run_id: str) -> None:
         return real(entry, warehouse, limits)
 
     monkeypatch.setattr(batch, "ingest_run", failing)
+
+
+def port_open(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:`port`."""
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextmanager
+def service(args: list, log: Path, ready: Callable[[], bool], timeout_s: float = 90, **popen) -> Iterator:
+    """A server process for a test (its own session, output in `log`), yielded once `ready()` holds; at the end
+    it and its children get SIGTERM, then SIGKILL after 15 s."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(a) for a in args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                stdin=subprocess.DEVNULL, **popen)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not ready():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"{Path(str(args[0])).name} not ready (exit {proc.poll()}):\n"
+                                         f"{log.read_text(errors='replace')[-3000:]}")
+                time.sleep(0.2)
+            yield proc
+        finally:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
