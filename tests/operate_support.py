@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -74,9 +76,10 @@ def port_open(port: int) -> bool:
 
 
 @contextmanager
-def service(args: list, log: Path, ready: Callable[[], bool], timeout_s: float = 90, **popen) -> Iterator:
+def service(args: list, log: Path, ready: Callable[[], bool], timeout_s: float = 90,
+            stop_signal: int = signal.SIGTERM, **popen) -> Iterator:
     """A server process for a test (its own session, output in `log`), yielded once `ready()` holds; at the end
-    it and its children get SIGTERM, then SIGKILL after 15 s."""
+    it and its children get `stop_signal`, then SIGKILL after 15 s."""
     with open(log, "wb") as out:
         proc = subprocess.Popen([str(a) for a in args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 stdin=subprocess.DEVNULL, **popen)
@@ -89,11 +92,11 @@ def service(args: list, log: Path, ready: Callable[[], bool], timeout_s: float =
                 time.sleep(0.2)
             yield proc
         finally:
-            _stop(proc)
+            _stop(proc, stop_signal)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+def _stop(proc: subprocess.Popen, first: int) -> None:
+    for sig, wait_s in ((first, 15), (signal.SIGKILL, 15)):
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         try:
@@ -140,3 +143,41 @@ def _s3_answers(endpoint: str, buckets: tuple[str, ...]) -> bool:
         return True
     except OSError:
         return False
+
+
+def postgres_bin() -> Path:
+    """The folder of Debian's PostgreSQL server programs (initdb, postgres), the newest installed."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    if not found:
+        raise AssertionError("PostgreSQL is not installed: apt-get install postgresql (.ci/run does)")
+    return found[-1].parent
+
+
+@contextmanager
+def postgres_server(database: str = "dagster") -> Iterator[str]:
+    """A PostgreSQL server of its own on 127.0.0.1 (data in a fresh folder, trust authentication, no fsync), with
+    `database` created; yields its URL. As root, the server runs as Debian's `postgres` user (it refuses root)."""
+    bin_dir = postgres_bin()
+    folder = Path(tempfile.mkdtemp(prefix="verl-health-pg-"))
+    as_user: list = []
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data, port = folder / "data", free_port()
+    try:
+        subprocess.run([*as_user, bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8",
+                        "--no-sync"], check=True, capture_output=True, timeout=120)
+        args = [*as_user, bin_dir / "postgres", "-D", data, "-h", "127.0.0.1", "-p", port, "-k", folder,
+                "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+        url = f"postgresql://postgres@127.0.0.1:{port}/{database}"
+        created = lambda: _createdb(bin_dir, port, database)  # noqa: E731
+        with service(args, folder / "postgres.log", created, stop_signal=signal.SIGINT):
+            yield url
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _createdb(bin_dir: Path, port: int, database: str) -> bool:
+    done = subprocess.run([bin_dir / "createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", database],
+                          capture_output=True, timeout=30)
+    return done.returncode == 0

@@ -25,6 +25,17 @@ def test_instance_yaml_uses_the_queued_coordinator(tmp_path, monkeypatch):
         assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == 2
 
 
+def test_postgres_instance_yaml_is_the_sqlite_one_on_postgres():
+    """deploy/dagster-postgres.yaml is a valid instance whose storage is the Postgres URL in DAGSTER_PG_URL, and
+    everything else as deploy/dagster.yaml says (the deployment test runs it on a real server)."""
+    sqlite, postgres = (yaml.safe_load((DEPLOY / name).read_text()) for name in ("dagster.yaml", "dagster-postgres.yaml"))
+    checked = validate_config(dagster_instance_config_schema(), postgres)
+    assert checked.success, [e.message for e in checked.errors]
+    assert postgres.pop("storage") == {"postgres": {"postgres_url": {"env": "DAGSTER_PG_URL"}}}
+    assert "sqlite" in sqlite.pop("storage")
+    assert postgres == sqlite
+
+
 def test_dask_run_configs_validate(monkeypatch):
     from pipeline.definitions import defs
 
