@@ -24,7 +24,7 @@ from dagster import (
 
 from pipeline.alerts import pipeline_failure_message, run_attention_message, runs_needing_attention
 from pipeline.analysis import contiguous_ranges, partition_tags
-from pipeline.jobs import run_assets_job, run_health_job
+from pipeline.jobs import FORKED_STEPS, run_assets_job, run_health_job
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.report import send_mail
 from pipeline.resources import ArchiveResource, SmtpResource, WarehouseResource
@@ -81,6 +81,8 @@ def batch_requests(partitions: list[str], new: list[str], changed: list[str], cu
         reasons = sorted({why[rid] for rid in stretch})
         requests.append(RunRequest(
             run_key=f"{stretch[0]}..{stretch[-1]}@{digest}",
+            # a range run gets no partition's default config: the job's forked step processes, said again
+            run_config=FORKED_STEPS,
             tags={**partition_tags(stretch), REASON_TAG: "+".join(reasons), RUNS_TAG: str(len(stretch))},
         ))
     return requests

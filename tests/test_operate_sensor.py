@@ -16,6 +16,7 @@ from operate_support import set_age, write_run
 
 from pipeline.analysis import RANGE_END_TAG, RANGE_START_TAG, analyze_archive
 from pipeline.definitions import build_definitions
+from pipeline.jobs import FORKED_STEPS
 from pipeline.lake import connect
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.resources import ArchiveResource
@@ -92,6 +93,7 @@ def test_sensor_over_an_archive_lifecycle(tmp_path):
     [request] = result.run_requests
     assert sorted(_selected(instance, request)) == ["grpo-a", "ppo-b"]
     assert request.tags["verl-health/reason"] == "new" and request.tags["verl-health/runs"] == "2"
+    assert request.run_config == FORKED_STEPS  # the job's own config, which a range run does not get by itself
     cursor = json.loads(result.cursor)
     assert set(cursor) == {"grpo-a", "ppo-b"}
 
