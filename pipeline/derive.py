@@ -25,7 +25,15 @@ from pipeline.error_templates import NAME as ERROR_TEMPLATES
 from pipeline.error_templates import register_line_templates
 from pipeline.isolation import NOT_ANALYSED, SUMMARY
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+def _sql_dir() -> Path:
+    """The SQL files: inside the package where a wheel put them (setup.py), else `sql/` of the checkout."""
+    package = Path(__file__).resolve().parent
+    shipped = package / "sql"
+    return shipped if shipped.is_dir() else package.parent / "sql"
+
+
+SQL_DIR = _sql_dir()
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "knowledge" / "derive_thresholds.toml"
 ADVICE_FILE = Path(__file__).resolve().parent / "knowledge" / "run_advice.toml"
 # every field an advice rule may set (see run_advice.toml); a rule leaves the rest null
@@ -271,19 +279,21 @@ def derive_fleet_table(warehouse: str | Path, name: str) -> int:
     """Recompute one fleet table from the per-run tables; returns its row count."""
     if name not in FLEET_TABLES:
         raise ValueError(f"{name} is not a fleet table ({', '.join(FLEET_TABLES)})")
-    con = _connect(warehouse, [name])
-    try:
-        return _fleet_table(con, warehouse, name)
-    finally:
-        con.close()
+    with lake.fleet_lock(warehouse):
+        con = _connect(warehouse, [name])
+        try:
+            return _fleet_table(con, warehouse, name)
+        finally:
+            con.close()
 
 
 def derive_fleet_tables(warehouse: str | Path) -> dict[str, int]:
     """Recompute every fleet table; returns rows written per table."""
-    con = _connect(warehouse, FLEET_TABLES)
-    try:
-        counts = {name: _fleet_table(con, warehouse, name) for name in FLEET_TABLES}
-    finally:
-        con.close()
+    with lake.fleet_lock(warehouse):
+        con = _connect(warehouse, FLEET_TABLES)
+        try:
+            counts = {name: _fleet_table(con, warehouse, name) for name in FLEET_TABLES}
+        finally:
+            con.close()
     lake.refresh_catalog(warehouse)
     return counts

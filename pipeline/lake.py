@@ -62,6 +62,18 @@ def _partition_lock(final_dir: Path):
         yield
 
 
+@contextmanager
+def fleet_lock(warehouse: str | Path):
+    """Hold the warehouse's fleet lock while a fleet table is read, computed and written: two runs side by side
+    rebuild one at a time, the later one reading what the earlier wrote and every run partition written before it,
+    so the last write of a fleet table has every run's rows."""
+    locks = Path(warehouse) / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / "fleet", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 _LIBC = ctypes.CDLL(None, use_errno=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from dagster import (
@@ -22,10 +23,15 @@ from dagster import (
 )
 
 from pipeline.alerts import pipeline_failure_message, run_attention_message, runs_needing_attention
-from pipeline.jobs import run_assets_job, run_health_job
+from pipeline.analysis import contiguous_ranges, partition_tags
+from pipeline.jobs import FORKED_STEPS, run_assets_job, run_health_job
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.report import send_mail
 from pipeline.resources import ArchiveResource, SmtpResource, WarehouseResource
+
+# tags of the sensor's runs: why the runs were requested (new, changed or both) and how many runs the range holds
+REASON_TAG = "verl-health/reason"
+RUNS_TAG = "verl-health/runs"
 
 
 def entry_fingerprint(entry) -> str:
@@ -62,15 +68,35 @@ def archive_cursor(archive: ArchiveResource) -> str:
     return json.dumps(cursor, sort_keys=True)
 
 
+def batch_requests(partitions: list[str], new: list[str], changed: list[str], cursor: dict[str, str]) -> list[RunRequest]:
+    """The runs of one tick: one Dagster run over the partition range of the runs that finished since the last
+    tick, so its fleet tables are rebuilt once. `partitions` is the partition order once the tick's new runs are
+    added (they go last); a changed run not next to the others gets a range of its own, so no range takes in a
+    run that did not change."""
+    why = {**{rid: "new" for rid in new}, **{rid: "changed" for rid in changed}}
+    requests = []
+    for stretch in contiguous_ranges(partitions, set(why)):
+        fingerprints = json.dumps([[rid, cursor[rid]] for rid in stretch])
+        digest = hashlib.sha256(fingerprints.encode()).hexdigest()[:16]
+        reasons = sorted({why[rid] for rid in stretch})
+        requests.append(RunRequest(
+            run_key=f"{stretch[0]}..{stretch[-1]}@{digest}",
+            # a range run gets no partition's default config: the job's forked step processes, said again
+            run_config=FORKED_STEPS,
+            tags={**partition_tags(stretch), REASON_TAG: "+".join(reasons), RUNS_TAG: str(len(stretch))},
+        ))
+    return requests
+
+
 @sensor(
     job=run_assets_job,
     minimum_interval_seconds=120,
     default_status=DefaultSensorStatus.STOPPED,
-    description="Adds a run_id partition for each new finished run and requests its per-run assets and the fleet "
-                "tables its report reads.",
+    description="Adds a run_id partition for each new finished run and requests one run over the range of the runs "
+                "finished since the last tick: their per-run assets, and the fleet tables rebuilt once.",
 )
 def finished_run_sensor(context: SensorEvaluationContext, archive: ArchiveResource):
-    """Watch the archive root; request each finished run once, again when its files change."""
+    """Watch the archive root; request each finished run once, again when its files change, a tick's runs together."""
     seen = json.loads(context.cursor) if context.cursor else {}
     found = archive.discover()
     for err in found.errors:
@@ -79,18 +105,18 @@ def finished_run_sensor(context: SensorEvaluationContext, archive: ArchiveResour
     if not (new or changed or removed):
         context.update_cursor(json.dumps(cursor, sort_keys=True))
         return SkipReason(f"no new or changed finished runs among {len(found.entries)} entries")
-    requests = [
-        RunRequest(partition_key=rid, run_key=f"{rid}@{cursor[rid]}", tags={"verl-health/reason": why})
-        for why, ids in (("new", new), ("changed", changed))
-        for rid in ids
-    ]
+    existing = [k for k in context.instance.get_dynamic_partitions(RUN_PARTITIONS_NAME) if k not in removed]
+    # a changed run whose partition an operator deleted gets it back
+    added = [rid for rid in sorted(new + changed) if rid not in set(existing)]
     dynamic = []
-    if new:
-        dynamic.append(AddDynamicPartitionsRequest(RUN_PARTITIONS_NAME, new))
+    if added:
+        dynamic.append(AddDynamicPartitionsRequest(RUN_PARTITIONS_NAME, added))
     if removed:
         dynamic.append(DeleteDynamicPartitionsRequest(RUN_PARTITIONS_NAME, removed))
     return SensorResult(
-        run_requests=requests, dynamic_partitions_requests=dynamic, cursor=json.dumps(cursor, sort_keys=True)
+        run_requests=batch_requests([*existing, *added], new, changed, cursor),
+        dynamic_partitions_requests=dynamic,
+        cursor=json.dumps(cursor, sort_keys=True),
     )
 
 

@@ -1,19 +1,25 @@
 """Concurrent writers corrupt nothing: forced interleavings of two rewrites of one run, two processes
-rewriting it, and two materialisations over overlapping runs (every partition equals a single run's)."""
+rewriting it, two materialisations over overlapping runs (every partition equals a single run's), and two
+rebuilds of a fleet table by runs side by side (the last write has every run)."""
 
 import contextlib
 import os
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
-from operate_support import ROOT, simulate
+import pytest
+from operate_support import ROOT, simulate, write_run
 
-from pipeline import lake
+from pipeline import derive, lake
+from pipeline.analysis import analyze_archive
+from pipeline.tables import per_run_tables
 
 TABLES = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
           "config_findings"]
@@ -21,7 +27,9 @@ VOLATILE = {"ingested_at"}
 WORKER = """
 import sys
 from dagster import DagsterInstance, materialize
-from pipeline import lake
+from pipeline import derive, lake
+from pipeline.analysis import analyze_archive
+from pipeline.tables import per_run_tables
 from pipeline.analysis import partition_tags
 from pipeline.definitions import build_definitions
 from pipeline.incremental import REINGEST_TAG
@@ -40,7 +48,9 @@ for _ in range(int(rounds)):
 SWAPPER = """
 import sys
 import pyarrow as pa
-from pipeline import lake
+from pipeline import derive, lake
+from pipeline.analysis import analyze_archive
+from pipeline.tables import per_run_tables
 warehouse, tag = sys.argv[1:]
 data = pa.table({"x": list(range(2000)), "writer": [tag] * 2000})
 for _ in range(150):
@@ -188,3 +198,101 @@ def test_overlapping_materialisations(tmp_path):
     catalog = duckdb.connect(str(shared / lake.CATALOG_FILE), read_only=True)
     assert catalog.execute("select count(distinct run_id) from log_lines").fetchone()[0] == len(run_ids)
     assert catalog.execute("select count(*) from run_summary").fetchone()[0] == len(run_ids)
+
+
+FLEET = "run_baselines"  # a fleet table with one row per run
+
+
+def _fleet_runs(warehouse) -> list[str]:
+    return sorted(pq.read_table(lake.fleet_table_path(warehouse, FLEET)).column("run_id").to_pylist())
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """A warehouse with runs a and b analysed, and a way to take b's run partitions away and put them back."""
+    root = tmp_path_factory.mktemp("fleet_race")
+    for run_id in ("grpo-a", "grpo-b"):
+        write_run(root / "archive", run_id)
+    analyze_archive(root / "archive", root / "wh", root / "reports")
+    return root / "wh", root / "hidden"
+
+
+def _move_partitions(src_root, dst_root, run_id):
+    for table in per_run_tables():
+        src = lake.run_partition_dir(src_root, table, run_id)
+        if src.is_dir():
+            dst = lake.run_partition_dir(dst_root, table, run_id)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(src, dst)
+
+
+# run A's rebuild of the fleet table in its own process, held before its write until the test says go
+HELD_REBUILD = """
+import sys, time
+from pathlib import Path
+from pipeline import derive, lake
+warehouse, table, held, release = sys.argv[1:]
+real_write = lake.write_fleet_table
+
+def write(*args, **kwargs):
+    Path(held).touch()
+    deadline = time.monotonic() + 20
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return real_write(*args, **kwargs)
+
+lake.write_fleet_table = write
+derive.derive_fleet_table(warehouse, table)
+"""
+
+
+def _wait_for(path: Path, timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return path.exists()
+
+
+def _held_in_a_thread(monkeypatch, args):
+    """A's rebuild in a thread of this process, its write held as HELD_REBUILD holds it."""
+    warehouse, table, held, release = args
+    real_write, a = lake.write_fleet_table, None
+
+    def write(*w_args, **w_kwargs):
+        if threading.current_thread() is a:
+            Path(held).touch()
+            _wait_for(Path(release), 20)
+        return real_write(*w_args, **w_kwargs)
+
+    monkeypatch.setattr(lake, "write_fleet_table", write)
+    a = threading.Thread(target=derive.derive_fleet_table, args=(warehouse, table))
+    a.start()
+    return a
+
+
+@pytest.mark.parametrize("a_runs_in", ["a thread", "another process"])
+def test_a_fleet_rebuild_that_read_before_a_run_landed_never_writes_last(two_runs, tmp_path, monkeypatch, a_runs_in):
+    """Run A's rebuild of a fleet table reads the warehouse before run B's partitions land and is held with its
+    rows computed; B's partitions land and B rebuilds the table; then A is let go. The table ends with both runs'
+    rows: B's rebuild waits for A's and reads after it, whether A is a thread beside it or another process (as the
+    daemon's runs are)."""
+    warehouse, hidden = two_runs
+    _move_partitions(warehouse, hidden, "grpo-b")  # b's job has not written its run yet
+    held, release = tmp_path / "held", tmp_path / "release"
+    args = [str(warehouse), FLEET, str(held), str(release)]
+    if a_runs_in == "a thread":
+        a = _held_in_a_thread(monkeypatch, args)
+    else:
+        a = subprocess.Popen([sys.executable, "-c", HELD_REBUILD, *args], cwd=ROOT)
+    assert _wait_for(held)
+    _move_partitions(hidden, warehouse, "grpo-b")  # b's job writes its run, then rebuilds the fleet table
+    b = threading.Thread(target=derive.derive_fleet_table, args=(warehouse, FLEET))
+    b.start()
+    b.join(timeout=3)  # the time to overtake A, were it not held back
+    release.touch()
+    if a_runs_in == "a thread":
+        a.join(timeout=120)
+    else:
+        assert a.wait(timeout=120) == 0
+    b.join(timeout=60)
+    assert _fleet_runs(warehouse) == ["grpo-a", "grpo-b"]

@@ -1,13 +1,13 @@
-"""Per-run assets of two runs materialised at once on a local dask.distributed cluster with two workers."""
+"""Per-run assets of two runs materialised at once on a dask.distributed cluster of real processes: `dask scheduler`
+and two `dask worker` processes on loopback, as a deployment starts them."""
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, execute_job
-from distributed import Client, LocalCluster
-from operate_support import simulate
+from distributed import Client
+from operate_support import ROOT, VENV_BIN, free_port, port_open, service, simulate
 
 from pipeline import lake
 from pipeline.definitions import reconstructable_job
@@ -18,19 +18,36 @@ TABLES = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "ru
           "config_findings"]
 
 
-@pytest.fixture
-def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0") as local:
-        yield local
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(scheduler address, pids of the two worker processes)."""
+    logs = tmp_path_factory.mktemp("dask")
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    scheduler = [VENV_BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", port,
+                 "--dashboard-address", "127.0.0.1:0"]
+
+    def worker(n):
+        return service([VENV_BIN / "dask", "worker", address, "--host", "127.0.0.1", "--nthreads", 1, "--no-nanny",
+                        "--no-dashboard", "--name", f"w{n}"], logs / f"worker{n}.log", lambda: _workers(address) > n,
+                       cwd=ROOT)
+
+    with service(scheduler, logs / "scheduler.log", lambda: port_open(port)), worker(0) as w0, worker(1) as w1:
+        yield address, {w0.pid, w1.pid}
+
+
+def _workers(address: str) -> int:
+    with Client(address, timeout=10) as client:
+        return len(client.scheduler_info()["workers"])
 
 
 def test_run_assets_on_dask(tmp_path, cluster):
+    address, worker_pids = cluster
     labels = simulate(tmp_path / "sim", runs=2, seed=3)
     run_ids = sorted(labels["runs"])
     warehouse = tmp_path / "warehouse"
     run_config = {
-        **dask_run_config(cluster.scheduler_address),
+        **dask_run_config(address),
         **resources_run_config(tmp_path / "sim" / "archive", warehouse, tmp_path / "reports", quiet_period_s=0),
     }
     job = reconstructable_job("run_assets_dask_job")
@@ -49,8 +66,6 @@ def test_run_assets_on_dask(tmp_path, cluster):
         with ThreadPoolExecutor(2) as pool:
             outcomes = list(pool.map(launch, run_ids))
 
-    with Client(cluster) as client:
-        worker_pids = set(client.run(os.getpid).values())
     for success, materialized, step_pids in outcomes:
         assert success
         assert materialized == set(TABLES)

@@ -25,6 +25,17 @@ def test_instance_yaml_uses_the_queued_coordinator(tmp_path, monkeypatch):
         assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == 2
 
 
+def test_postgres_instance_yaml_is_the_sqlite_one_on_postgres():
+    """deploy/dagster-postgres.yaml is a valid instance whose storage is the Postgres URL in DAGSTER_PG_URL, and
+    everything else as deploy/dagster.yaml says (the deployment test runs it on a real server)."""
+    sqlite, postgres = (yaml.safe_load((DEPLOY / name).read_text()) for name in ("dagster.yaml", "dagster-postgres.yaml"))
+    checked = validate_config(dagster_instance_config_schema(), postgres)
+    assert checked.success, [e.message for e in checked.errors]
+    assert postgres.pop("storage") == {"postgres": {"postgres_url": {"env": "DAGSTER_PG_URL"}}}
+    assert "sqlite" in sqlite.pop("storage")
+    assert postgres == sqlite
+
+
 def test_dask_run_configs_validate(monkeypatch):
     from pipeline.definitions import defs
 
@@ -35,12 +46,20 @@ def test_dask_run_configs_validate(monkeypatch):
         assert validate_run_config(job, config), name
 
 
-def test_multiprocess_run_config_validates():
+def test_run_and_nightly_jobs_fork_their_steps_from_a_preloaded_server():
+    """Runs that name no executor config (the sensor's, the schedule's, a launch for a partition) fork their steps
+    from a forkserver that imported pipeline.definitions, and that config validates for both jobs."""
     from pipeline.definitions import defs
+    from pipeline.jobs import FORKED_STEPS
 
-    config = yaml.safe_load((DEPLOY / "multiprocess.yaml").read_text())
-    for name in ("run_assets_job", "nightly_job"):
-        assert validate_run_config(defs.resolve_job_def(name), config), name
+    forked = {"max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["pipeline.definitions"]}}}
+    assert {"execution": {"config": {"multiprocess": forked}}} == FORKED_STEPS
+    run_job, nightly = defs.resolve_job_def("run_assets_job"), defs.resolve_job_def("nightly_job")
+    assert run_job.partitioned_config.get_run_config_for_partition_key("grpo-a") == FORKED_STEPS
+    assert validate_run_config(nightly, {})["execution"]["multi_or_in_process_executor"]["multiprocess"] == {
+        **forked, "retries": {"enabled": {}}}
+    for job in (run_job, nightly):
+        assert validate_run_config(job, FORKED_STEPS)
 
 
 def _k8s(name: str) -> list[dict]:

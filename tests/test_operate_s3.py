@@ -1,34 +1,31 @@
-"""Archive and warehouse in an S3 bucket (moto's server on 127.0.0.1): staged, analysed, published, queried."""
+"""Archive and warehouse in an S3 bucket on a real S3 server (SeaweedFS's `weed server -s3` on 127.0.0.1, started
+for the module): staged, analysed, published, queried, analysed again."""
 
 import gzip
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
-from moto.server import ThreadedMotoServer
-from operate_support import simulate
+from operate_support import S3_KEY, S3_SECRET, s3_server, simulate, write_run
 
 from pipeline import lake
 from pipeline.objectstore import connect_remote, publish_warehouse, s3_filesystem, stage_archive
 
 
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory):
+    with s3_server(tmp_path_factory.mktemp("seaweedfs"), buckets=("archive-bkt", "lake-bkt")) as endpoint:
+        yield endpoint
+
+
 @pytest.fixture
-def s3(monkeypatch):
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    for key, value in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
-                       "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+def s3(s3_endpoint, monkeypatch):
+    """The filesystem verl-health makes from the AWS_* variables, pointed at the server."""
+    for key, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": S3_KEY,
+                       "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    admin = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
-                              access_key="test", secret_key="test", allow_bucket_creation=True)
-    admin.create_dir("archive-bkt")
-    admin.create_dir("lake-bkt")
-    try:
-        yield s3_filesystem()
-    finally:
-        server.stop()
+    return s3_filesystem()
 
 
 def _put(fs, path, data: bytes):
@@ -142,3 +139,12 @@ def test_analyze_command_takes_s3_urls(s3, tmp_path, monkeypatch, capsys):
     for rid in labels["runs"]:
         assert (tmp_path / "reports" / "runs" / f"{rid}.html").is_file()
     assert list((tmp_path / "cache").iterdir()), "the archive was mirrored into VERL_HEALTH_CACHE"
+
+    # a run lands in the bucket: the rerun analyses it alone and publishes the warehouse with it
+    _upload_tree(s3, write_run(tmp_path / "more", "grpo-late").parent, "archive-bkt/cli")
+    assert cli.main(["analyze", "s3://archive-bkt/cli", "--warehouse", "s3://lake-bkt/cli-wh",
+                     "--reports", str(tmp_path / "reports")]) == 0
+    out = capsys.readouterr().out
+    assert "analysed 1 runs" in out and f"{len(labels['runs'])} runs unchanged" in out
+    con = connect_remote("s3://lake-bkt/cli-wh")
+    assert {r for (r,) in con.execute("select run_id from run_summary").fetchall()} == {*labels["runs"], "grpo-late"}

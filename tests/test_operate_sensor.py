@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from collections import Counter
 from types import SimpleNamespace
 
 from dagster import (
@@ -13,12 +14,14 @@ from dagster import (
 )
 from operate_support import set_age, write_run
 
-from pipeline.analysis import analyze_archive
+from pipeline.analysis import RANGE_END_TAG, RANGE_START_TAG, analyze_archive
 from pipeline.definitions import build_definitions
+from pipeline.jobs import FORKED_STEPS
 from pipeline.lake import connect
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.resources import ArchiveResource
 from pipeline.sensors import archive_cursor, finished_run_sensor, plan_archive_changes
+from pipeline.tables import fleet_tables
 
 
 def _entry(run_id, size=10, mtime=1000.0, finished=True):
@@ -55,8 +58,23 @@ def _evaluate(archive, cursor, instance, quiet_period_s=600):
     return finished_run_sensor(context), context
 
 
-def _requests(result):
-    return {r.partition_key: r for r in result.run_requests}
+def _apply(instance, result):
+    """What the daemon does with a tick's partition requests before it launches the tick's runs."""
+    for request in result.dynamic_partitions_requests:
+        if isinstance(request, AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        else:
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, key)
+
+
+def _selected(instance, request) -> list[str]:
+    """The run partitions a run request selects, by its tags, in the instance's partition order."""
+    if "dagster/partition" in request.tags:
+        return [request.tags["dagster/partition"]]
+    keys = instance.get_dynamic_partitions(RUN_PARTITIONS_NAME)
+    first, last = request.tags[RANGE_START_TAG], request.tags[RANGE_END_TAG]
+    return keys[keys.index(first):keys.index(last) + 1]
 
 
 def test_sensor_over_an_archive_lifecycle(tmp_path):
@@ -66,17 +84,18 @@ def test_sensor_over_an_archive_lifecycle(tmp_path):
     write_run(archive, "dapo-live", age_s=5)  # still being written: inside the quiet period
     instance = DagsterInstance.ephemeral()
 
-    # 1. First tick: the two finished runs are new; the live one waits.
+    # 1. First tick: the two finished runs are new, in one run over their range; the live one waits.
     result, _ = _evaluate(archive, None, instance)
-    requests = _requests(result)
-    assert set(requests) == {"grpo-a", "ppo-b"}
-    assert all(r.tags["verl-health/reason"] == "new" for r in requests.values())
-    cursor = json.loads(result.cursor)
-    assert set(cursor) == {"grpo-a", "ppo-b"}
-    assert requests["grpo-a"].run_key == f"grpo-a@{cursor['grpo-a']}"
     [add] = result.dynamic_partitions_requests
     assert isinstance(add, AddDynamicPartitionsRequest)
     assert add.partitions_def_name == RUN_PARTITIONS_NAME and sorted(add.partition_keys) == ["grpo-a", "ppo-b"]
+    _apply(instance, result)
+    [request] = result.run_requests
+    assert sorted(_selected(instance, request)) == ["grpo-a", "ppo-b"]
+    assert request.tags["verl-health/reason"] == "new" and request.tags["verl-health/runs"] == "2"
+    assert request.run_config == FORKED_STEPS  # the job's own config, which a range run does not get by itself
+    cursor = json.loads(result.cursor)
+    assert set(cursor) == {"grpo-a", "ppo-b"}
 
     # 2. Nothing changed: skip, cursor kept.
     result2, context2 = _evaluate(archive, result.cursor, instance)
@@ -90,17 +109,35 @@ def test_sensor_over_an_archive_lifecycle(tmp_path):
     set_age(archive / "grpo-a", 1800)
     shutil.rmtree(archive / "ppo-b")
     result3, _ = _evaluate(archive, result.cursor, instance)
-    requests3 = _requests(result3)
-    assert set(requests3) == {"dapo-live", "grpo-a"}
-    assert requests3["dapo-live"].tags["verl-health/reason"] == "new"
-    assert requests3["grpo-a"].tags["verl-health/reason"] == "changed"
-    cursor3 = json.loads(result3.cursor)
-    assert set(cursor3) == {"grpo-a", "dapo-live"}
-    assert cursor3["grpo-a"] != cursor["grpo-a"]
-    assert requests3["grpo-a"].run_key != requests["grpo-a"].run_key  # a new key, so Dagster runs it again
     kinds = {type(r): r for r in result3.dynamic_partitions_requests}
     assert kinds[AddDynamicPartitionsRequest].partition_keys == ["dapo-live"]
     assert kinds[DeleteDynamicPartitionsRequest].partition_keys == ["ppo-b"]
+    _apply(instance, result3)
+    [request3] = result3.run_requests
+    assert sorted(_selected(instance, request3)) == ["dapo-live", "grpo-a"]
+    assert request3.tags["verl-health/reason"] == "changed+new"
+    cursor3 = json.loads(result3.cursor)
+    assert set(cursor3) == {"grpo-a", "dapo-live"}
+    assert cursor3["grpo-a"] != cursor["grpo-a"]
+    assert request3.run_key != request.run_key  # a new key, so Dagster runs it again
+
+
+def test_a_changed_run_apart_from_the_new_ones_gets_a_range_of_its_own(tmp_path):
+    """A range selects every partition between its ends: a changed run with unchanged runs between it and the
+    new ones is requested alone, and the unchanged runs are in no request."""
+    archive = tmp_path / "archive"
+    for rid in ("run-a", "run-b", "run-c"):
+        write_run(archive, rid)
+    instance = DagsterInstance.ephemeral()
+    first, _ = _evaluate(archive, None, instance)
+    _apply(instance, first)
+    with (archive / "run-a" / "train.log").open("a") as f:
+        f.write("(TaskRunner pid=42) step:4 - actor/pg_loss:0.4 - timing_s/step:2.4\n")
+    set_age(archive / "run-a", 1800)
+    write_run(archive, "run-d")
+    result, _ = _evaluate(archive, first.cursor, instance)
+    _apply(instance, result)
+    assert sorted(_selected(instance, r) for r in result.run_requests) == [["run-a"], ["run-d"]]
 
 
 def test_primed_cursor_requests_nothing(tmp_path):
@@ -142,12 +179,33 @@ def test_a_run_analysed_by_the_sensors_job_gets_the_baseline_row_the_command_lin
     seen = {k: v for k, v in json.loads(archive_cursor(ArchiveResource(root=str(archive)))).items() if k != "grpo-c"}
     result, _ = _evaluate(archive, json.dumps(seen), instance, quiet_period_s=0)
     [request] = result.run_requests
-    instance.add_dynamic_partitions(RUN_PARTITIONS_NAME, ["grpo-c"])
+    _apply(instance, result)
     job = build_definitions(archive, warehouse, tmp_path / "reports", quiet_period_s=0).resolve_job_def(
         finished_run_sensor.job_name)
-    assert job.execute_in_process(instance=instance, partition_key=request.partition_key).success
+    assert job.execute_in_process(instance=instance, tags=request.tags).success
     by_cli, by_sensor = _baselines(tmp_path / "cli_wh"), _baselines(warehouse)
     assert set(by_sensor) == {"grpo-a", "grpo-b", "grpo-c"}
     # grpo-a and grpo-b ended before grpo-c in its experiment: its baseline saw both
     assert by_sensor["grpo-c"]["exp_prior_runs"] == 2
     assert by_sensor["grpo-c"] == by_cli["grpo-c"]
+
+
+def test_a_tick_over_twenty_finished_runs_is_one_run_that_rebuilds_each_fleet_table_once(tmp_path):
+    archive = tmp_path / "archive"
+    run_ids = [f"grpo-{i:02d}" for i in range(20)]
+    for rid in run_ids:
+        write_run(archive, rid)
+    instance = DagsterInstance.ephemeral()
+    result, _ = _evaluate(archive, None, instance, quiet_period_s=0)
+    _apply(instance, result)
+    [request] = result.run_requests
+    assert sorted(_selected(instance, request)) == run_ids
+    job = build_definitions(archive, tmp_path / "wh", tmp_path / "reports", quiet_period_s=0).resolve_job_def(
+        finished_run_sensor.job_name)
+    outcome = job.execute_in_process(instance=instance, tags=request.tags)
+    assert outcome.success
+    assert len(instance.get_runs()) == 1
+    done = Counter(e.asset_key.to_user_string() for e in outcome.all_events if e.is_step_materialization)
+    assert {table: done[table] for table in fleet_tables()} == dict.fromkeys(fleet_tables(), 1)
+    assert done["run_summary"] == len(run_ids)  # one materialisation per run partition
+    assert sorted(p.stem for p in (tmp_path / "reports" / "runs").glob("*.html")) == run_ids
