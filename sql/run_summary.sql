@@ -728,16 +728,17 @@ last_line as (
 ),
 verdict as (
     -- the first cause in time wins: an error before a stop ended the run, a stall or NaN losses before a stop too
+    -- (a stall outranks NaN losses before it)
     select
         s.run_id,
         case
             when s.reached_end then 'completed'
             when c.failure_class is not null and c.first_position < coalesce(sp.position, c.first_position + 1) then
                 case when c.tier > 1 and n.run_id is not null then 'nan_divergence' else c.failure_class end
-            -- the last step's losses went NaN before whatever stopped, stalled or held the run after it
+            when h.run_id is not null then 'hang'
+            -- the last step's losses went NaN before whatever stopped or held the run after it
             when n.run_id is not null then 'nan_divergence'
             when hd.run_id is not null then 'interrupted'
-            when h.run_id is not null then 'hang'
             when sp.run_id is not null then 'interrupted'
             else 'no_outcome'
         end as failure_class

@@ -49,8 +49,9 @@ def test_paused_run_report_says_debugger_not_failure(analyzed_real_logs):
     run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith("35_"))
     doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
     verdict = doc.find("section", id_="verdict")
-    assert verdict.attrs["data-failure-class"] == "hang"
-    assert "Ray debugger breakpoint" in verdict.text()
+    # a person attached a debugger (LABELS.jsonl): held on purpose, not a hang
+    assert verdict.attrs["data-failure-class"] == "interrupted"
+    assert "Held at a debugger breakpoint" in verdict.text()
 
 
 def test_oom_report_advises_the_runs_own_log_prob_micro_batch(analyzed_real_logs, real_logs_dir):

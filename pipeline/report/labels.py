@@ -21,6 +21,7 @@ STOP_WORDS = {
     "sigterm": "Stopped by SIGTERM",
     "cancelled": "Cancelled by the scheduler",
     "time_limit": "Stopped at the scheduler's time limit",
+    "debugger": "Held at a debugger breakpoint",
 }
 # the run's configuration as the report lists it, in this order
 CONFIG_LABELS = {

@@ -113,7 +113,6 @@ def _vllm_socket_timeout(con: Console) -> Failure:
     timed_out = f"The client socket has timed out after 600000ms while trying to connect to {where}."
     host, port = where.strip("()").split(", ")
     nanos = int(rng.integers(0, 9 * 10**8))
-    no = con.line_no
     con.worker(f"[E{c10d_ts(con.clock, nanos)} socket.cpp:1023] [c10d] {timed_out}", rank=rank)
     con.worker(f"[E{c10d_ts(con.clock, nanos + 121_337)} TCPStore.cpp:331] [c10d] TCP client failed to "
                f"connect/validate to host {host}:{port} - timed out (try=1, timeout=600000ms): {timed_out}", rank=rank)
@@ -122,6 +121,10 @@ def _vllm_socket_timeout(con: Console) -> Failure:
     con.bare(*driver_frames(con, exc, "startup"), *worker_frames(con, exc, "startup", rank),
              *frame(f"{VERL}/workers/rollout/vllm_rollout/vllm_rollout_spmd.py", 142, "__init__",
                     "self.inference_engine = LLM("),
-             *_site_frames(VLLM_FRAMES + C10D_FRAMES), f"torch.distributed.DistNetworkError: {timed_out}")
+             *_site_frames(VLLM_FRAMES + C10D_FRAMES))
+    # the exception Python raises is the causal line, not torch's glog line before it (real log 25's label)
+    no = con.line_no
+    con.bare(f"torch.distributed.DistNetworkError: {timed_out}")
     hydra_close(con)
-    return Failure(no, "The client socket has timed out after 600000ms", "torch.distributed.DistNetworkError")
+    return Failure(no, "DistNetworkError: The client socket has timed out after 600000ms",
+                   "torch.distributed.DistNetworkError")
