@@ -655,7 +655,8 @@ stall as (
             when coalesce(b.stuck_s, 0) >= coalesce(cs.span_s, 0) and b.n >= s.last_step then 'bar'
             when cs.span_s is not null then 'clock'
         end as evidence,
-        si.cpu_pct, b.n as bar_n, b.stuck_s as bar_stuck_s
+        si.cpu_pct, b.n as bar_n, b.stuck_s as bar_stuck_s,
+        case when bg.run_id is null then 'during start-up' else 'after step ' || s.last_step end as when_text
     from run_state as s
     cross join params as p
     left join began as bg using (run_id)
@@ -679,14 +680,14 @@ hang as (
             when 'debugger' then 'paused at a Ray debugger breakpoint, waiting for a debugger to attach'
             when 'scheduler' then format('the scheduler ended it after a stall: CPU efficiency {}%', h.cpu_pct)
             when 'engine_stall' then format('the rollout engine stalled: {} shared-memory broadcast warnings ({} min with '
-                                            'no progress) after step {}, until the log ends', sn.n,
-                                            round(sn.waited_s / 60, 1), s.last_step)
+                                            'no progress) {}, until the log ends', sn.n,
+                                            round(sn.waited_s / 60, 1), h.when_text)
             when 'unschedulable' then format('Ray could not schedule a resource request: {} "cannot be scheduled" '
-                                             'warnings{} after step {}, until the log ends', sn.n,
-                                             coalesce(format(' over {} min', round(sn.waited_s / 60, 1)), ''), s.last_step)
+                                             'warnings{} {}, until the log ends', sn.n,
+                                             coalesce(format(' over {} min', round(sn.waited_s / 60, 1)), ''), h.when_text)
             when 'service_retry' then format('a remote service kept failing (refused or answered an error) {} times{} '
-                                             'after step {}, retried until the log ends', sn.n,
-                                             coalesce(format(' over {} min', round(sn.waited_s / 60, 1)), ''), s.last_step)
+                                             '{}, retried until the log ends', sn.n,
+                                             coalesce(format(' over {} min', round(sn.waited_s / 60, 1)), ''), h.when_text)
             when 'bar' then format('no progress for {} min: the Training Progress bar stayed at {} (its own elapsed time)',
                                    round(h.stalled_s / 60, 1), h.bar_n)
             else format('no progress for {} min after step {}: the log kept printing (its own timestamps) with no new step',
