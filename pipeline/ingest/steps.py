@@ -290,8 +290,9 @@ def _parse_console(rest: pa.StringArray, starts: np.ndarray, steps: np.ndarray, 
     if counts.num_rows < table.num_rows:  # a key given twice on one line: the reconcile keeps its last value
         rows.n_duplicate_keys += table.num_rows - counts.num_rows
         repeated = counts.filter(pc.greater(counts.column("value_count"), 1))
-        for line_idx, key in zip(repeated.column("line_idx").to_pylist(), repeated.column("key").to_pylist()):
-            rows.problems.append((line_idx, f"metric key given twice on one step line: {key} (the last value kept)"))
+        for row in repeated.select(["line_idx", "key"]).to_pylist():
+            rows.problems.append((row["line_idx"],
+                                  f"metric key given twice on one step line: {row['key']} (the last value kept)"))
     rows.arrow.append(table)
 
 
