@@ -39,9 +39,9 @@ def runs_needing_attention(warehouse, run_ids: list[str]) -> list[dict]:
         else "select null::varchar as run_id, 0 as n_anomalous, []::varchar[] as classes where false"
     )
     advice = (
-        "select run_id, list({'setting': setting, 'current': current_value, 'suggested': suggested_value, "
-        "'why': why} order by rank) as rows from run_advice "
-        "where run_id in (select unnest($run_ids::varchar[])) group by all"
+        "select run_id, list({'kind': kind, 'setting': setting, 'current': current_value, "
+        "'suggested': suggested_value, 'why': why} order by rank) as rows from run_advice "
+        "where run_id in (select unnest($run_ids::varchar[])) and episode_id is null group by all"
         if "run_advice" in views
         else "select null::varchar as run_id, [] as rows where false"
     )
@@ -67,10 +67,8 @@ ADVICE_IN_MAIL = 3
 
 def run_attention_message(runs: list[dict], smtp) -> EmailMessage:
     """A plain-text mail listing newly analysed runs that failed or show anomalies, one paragraph each,
-    with the first changes to try for a failed run (its run_advice rows, else the knowledge base's
-    class advice) and, when `smtp.reports_url` is set, a link to each run's report."""
-    from pipeline.detect.explain import advice_text
-
+    with the first changes to try for a failed run (its run_advice rows on how it ended: a change, or what
+    to check) and, when `smtp.reports_url` is set, a link to each run's report."""
     msg = EmailMessage()
     failed = sum(r["failure_class"] not in NOT_FAILED for r in runs)
     msg["Subject"] = f"verl-health: {len(runs)} finished run(s) need attention ({failed} failed)"
@@ -82,12 +80,12 @@ def run_attention_message(runs: list[dict], smtp) -> EmailMessage:
         lines = [f"{r['run_id']}: {outcome} at step {r['last_step']} of {r['expected_steps']}"]
         if r["root_cause_text"] and r["failure_class"] != "completed":
             lines.append(f"  root cause: {r['root_cause_text'][:300]}")
-        if r.get("advice"):
-            for a in r["advice"][:ADVICE_IN_MAIL]:
+        for a in (r.get("advice") or [])[:ADVICE_IN_MAIL]:
+            if a["kind"] == "check":
+                lines.append(f"  check: {a['why']}")
+            else:
                 lines.append(f"  try: {a['setting']}: {a['current'] or 'not in the log'} -> {a['suggested']} "
                              f"({a['why']})")
-        elif r["failure_class"] not in NOT_FAILED:
-            lines.append(f"  advice: {advice_text('failure_class', r['failure_class'])}")
         if r["anomalous_steps"]:
             lines.append(f"  {r['anomalous_steps']} anomalous steps: {', '.join(sorted(r['anomaly_classes']))}")
         if smtp.reports_url:

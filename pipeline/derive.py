@@ -38,13 +38,14 @@ THRESHOLDS_FILE = Path(__file__).resolve().parent / "knowledge" / "derive_thresh
 ADVICE_FILE = Path(__file__).resolve().parent / "knowledge" / "run_advice.toml"
 # every field an advice rule may set (see run_advice.toml); a rule leaves the rest null
 ADVICE_FIELDS = {
-    "name": str, "rank": int, "classes": list, "phases": list, "text": str, "hang": str, "finding": str,
-    "requires": str, "unless": str, "older": str, "fact": str, "min_fact": float, "kind": str, "setting": str,
-    "action": str, "delta": float, "at_least": float, "at_most": float, "value": str, "direction": str,
-    "why": str,
-    "source": str,
+    "name": str, "rank": int, "classes": list, "anomalies": list, "phases": list, "text": str, "hang": str,
+    "finding": str, "no_finding": str, "requires": str, "unless": str, "role": str, "engine": str, "devices": list,
+    "older": str, "fact": str, "min_fact": float, "kind": str, "setting": str, "default": str, "only_if": str,
+    "action": str, "delta": float, "factor": float, "at_least": float, "at_most": float, "keep_fraction": bool, "value": str,
+    "direction": str, "why": str, "source": str,
 }
-ADVICE_ACTIONS = ("halve", "double", "step", "enable", "disable", "set")
+ADVICE_ACTIONS = ("halve", "double", "step", "scale", "enable", "disable", "set", "check")
+ADVICE_KINDS = ("config", "env", "check")
 DERIVE_MEMORY_LIMIT = "512MB"
 # how often a derive query is bound again after another process swapped a partition it was reading
 READ_ATTEMPTS = 4
@@ -70,11 +71,16 @@ def advice_rules() -> tuple[dict, ...]:
     out = []
     for rule in rules:
         unknown = set(rule) - set(ADVICE_FIELDS)
-        if unknown or rule.get("action") not in ADVICE_ACTIONS:
-            raise ValueError(f"advice rule {rule.get('name')!r}: unknown fields {sorted(unknown)} "
-                             f"or action {rule.get('action')!r} (see {ADVICE_FILE.name})")
-        full = {key: (kind(rule[key]) if key in rule else None) for key, kind in ADVICE_FIELDS.items()}
-        full["kind"] = full["kind"] or "config"
+        kind = rule.get("kind", "config")
+        if (unknown or rule.get("action") not in ADVICE_ACTIONS or kind not in ADVICE_KINDS
+                or (kind == "check") != (rule.get("action") == "check") or (kind == "check") == ("setting" in rule)
+                or not str(rule.get("source", "")).startswith("https://")):
+            raise ValueError(f"advice rule {rule.get('name')!r}: unknown fields {sorted(unknown)}, action "
+                             f"{rule.get('action')!r}, kind {kind!r}, a setting on a check or none on a change, "
+                             f"or a source that is no public page (see {ADVICE_FILE.name})")
+        full = {key: (cast(rule[key]) if key in rule else None) for key, cast in ADVICE_FIELDS.items()}
+        full["kind"] = kind
+        full["keep_fraction"] = bool(full["keep_fraction"])
         out.append(full)
     return tuple(out)
 

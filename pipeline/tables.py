@@ -81,11 +81,23 @@ TABLES = (
         "step_phases", "derived", "sql", ("runs", "log_lines", "step_metrics"),
         ("run_id", "step", *TIMER_PHASES, "step_time", "bottleneck_phase"),
         "Per step: every verl timer, shares of the step, bottleneck and throughput.",
+        stand_in="run_id varchar, step bigint, segment integer, "
+                 + ", ".join(f'"{p}" double' for p in (*TIMER_PHASES, "step_time")) + ", bottleneck_phase varchar",
     ),
     Table(
         "step_health", "derived", "sql", ("step_metrics",),
         (),
         "Per step: reward, KL, entropy, losses, grad norm, lengths, memory.",
+        stand_in=(
+            "run_id varchar, step bigint, score_mean double, reward_mean double, kl_loss double, entropy double,"
+            " pg_loss double, grad_norm double, vf_loss double, response_length_mean double, nan_keys varchar[]"
+        ),
+    ),
+    Table(
+        "run_training", "derived", "sql", ("step_health",),
+        (),
+        "Per run whose training collapsed or diverged and had not recovered by its last step: the outcome and its"
+        " onset step.",
     ),
     Table(
         "run_events", "derived", "sql", ("log_lines",),
@@ -98,9 +110,10 @@ TABLES = (
     ),
     Table(
         "run_summary", "derived", "sql",
-        ("runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events"),
+        ("runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_training", "run_events"),
         ("run_id", "failure_class", "last_step", "expected_steps", "root_cause_file", "root_cause_line_no",
-         "root_cause_text", "bottleneck_phase", "failure_phase", "stop_reason", "hang_reason"),
+         "root_cause_text", "bottleneck_phase", "failure_phase", "stop_reason", "hang_reason", "training_outcome",
+         "training_outcome_step"),
         "One row per run: failure class, last step, root cause line, bottleneck, goodput.",
     ),
     Table(
@@ -108,11 +121,6 @@ TABLES = (
         ("runs", "log_lines", "step_metrics", "step_health", "run_events", "run_summary"),
         (),
         "Configuration problems the logs show, each with its evidence line.",
-    ),
-    Table(
-        "run_advice", "derived", "sql", ("run_summary", "config_findings"),
-        ("run_id", "rank", "setting", "current_value", "suggested_value", "why", "source"),
-        "Per run that did not complete: each configuration change to try, from the run's own value.",
     ),
     Table(
         "run_samples", "derived", "sql", ("runs", "log_lines"),
@@ -152,6 +160,17 @@ TABLES = (
         ("runs", "step_metrics", "step_phases", "step_health", "run_baselines", MODEL),
         ("run_id", "step", "is_anomaly", "score", "anomaly_class", "explanation"),
         "Every step scored by the fleet's model and the rules, with class, explanation and episode.",
+        stand_in=(
+            "run_id varchar, step bigint, is_anomaly boolean, score double, anomaly_class varchar,"
+            " explanation varchar, episode_id bigint"
+        ),
+    ),
+    Table(
+        "run_advice", "derived", "sql",
+        ("log_lines", "step_phases", "step_health", "run_summary", "config_findings", "step_anomalies"),
+        ("run_id", "episode_id", "rank", "kind", "setting", "current_value", "suggested_value", "why", "source"),
+        "Every piece of advice the reports show: per run that did not complete and per anomaly episode, each"
+        " configuration or environment change to try from the run's own value, or a check where no change follows.",
     ),
 )
 # What the anomaly model is fitted on (run_baselines: each run's config group, for the fleet baseline)

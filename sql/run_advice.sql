@@ -1,20 +1,66 @@
--- One row per configuration change suggested for a run that did not complete: which setting, the run's
--- own value, the value to try, why, and the knowledge-base rule it comes from. Reads run_summary (with
--- the config dump as JSON) and config_findings.
--- Bound parameters: $run_ids VARCHAR[], $rules STRUCT[] (pipeline/knowledge/run_advice.toml), $config_keys
--- VARCHAR[] (every config key a rule reads) and $config_paths VARCHAR[] (their JSON paths).
+-- Every piece of advice the reports show: per run that did not complete (episode_id null: how it ended) and
+-- per anomaly episode of step_anomalies, each configuration or environment change to try, from the run's own
+-- value, or a check (what to look at) where no change follows. A rule applies only where the run has what it
+-- names: its roles (a critic, a reference policy), its rollout engine, its device.
+-- Bound parameters: $run_ids VARCHAR[], $rules STRUCT[] (pipeline/knowledge/run_advice.toml).
 with rule as (
     select unnest($rules, recursive := true)
 ),
 run as (
-    -- each key the rules read, from the config dump parsed once per run: a rule each parsing a 30 MB dump
-    -- (or a 2 M-element list in it) ran the connection out of memory
-    select s.run_id, s.failure_class, s.failure_phase, coalesce(s.root_cause_text, '') as cause,
-           coalesce(s.hang_reason, '') as hang_reason,
-           map($config_keys, coalesce(json_extract_string(s.config_json, $config_paths),
-                                      list_transform($config_keys, lambda k: null::varchar))) as config
-    from run_summary as s
-    where s.run_id in (select unnest($run_ids)) and s.failure_class <> 'completed'
+    select run_id, failure_class, failure_phase, coalesce(root_cause_text, '') as cause,
+           coalesce(hang_reason, '') as hang_reason, coalesce(config_json, '{}') as config_json,
+           lower(json_extract_string(config_json, '$.actor_rollout_ref.rollout.name')) as rollout_engine
+    from run_summary
+    where run_id in (select unnest($run_ids))
+),
+seen as (
+    -- what the log itself says about the device and the rollout engine (a run without a config dump)
+    select
+        run_id,
+        bool_or(text like '%PJRT_DEVICE%' or text like '%libtpu%' or text like '%torch_xla%') as tpu,
+        bool_or(text like '%torch_npu%' or text like '%Ascend%' or text like '%HCCL%') as npu,
+        count(*) filter (where text ilike '%sglang%') as sglang_lines,
+        count(*) filter (where text ilike '%vllm%') as vllm_lines
+    from log_lines
+    where run_id in (select unnest($run_ids))
+    group by all
+),
+logged as (
+    -- the roles the run's own metrics and timers show
+    select run_id, bool_or(vf_loss is not null) as critic_metrics, bool_or(kl_loss is not null) as ref_metrics
+    from step_health
+    where run_id in (select unnest($run_ids))
+    group by all
+),
+timed as (
+    select run_id, bool_or(update_critic is not null or "values" is not null) as critic_timed,
+           bool_or(ref is not null) as ref_timed
+    from step_phases
+    where run_id in (select unnest($run_ids))
+    group by all
+),
+facts as (
+    select
+        r.*,
+        coalesce(
+            lower(json_extract_string(r.config_json, '$.trainer.device')),
+            case when s.tpu then 'tpu' when s.npu then 'npu' end,
+            'cuda') as device,
+        coalesce(
+            case when r.rollout_engine like 'sglang%' then 'sglang' when r.rollout_engine like 'vllm%' then 'vllm' end,
+            case when s.sglang_lines > s.vllm_lines then 'sglang' when s.vllm_lines > 0 then 'vllm' end) as engine,
+        coalesce(
+            case lower(json_extract_string(r.config_json, '$.critic.enable')) when 'true' then true when 'false' then false end,
+            lower(json_extract_string(r.config_json, '$.algorithm.adv_estimator')) = 'gae',
+            l.critic_metrics or t.critic_timed or r.failure_phase in ('update_critic', 'values'),
+            false) as has_critic,
+        coalesce(lower(json_extract_string(r.config_json, '$.actor_rollout_ref.actor.use_kl_loss')) = 'true', false)
+            or coalesce(lower(json_extract_string(r.config_json, '$.algorithm.use_kl_in_reward')) = 'true', false)
+            or coalesce(l.ref_metrics, false) or coalesce(t.ref_timed, false) or r.failure_phase = 'ref' as has_ref
+    from run as r
+    left join seen as s using (run_id)
+    left join logged as l using (run_id)
+    left join timed as t using (run_id)
 ),
 findings as (
     select run_id, list(distinct finding) as findings
@@ -22,77 +68,122 @@ findings as (
     where run_id in (select unnest($run_ids))
     group by all
 ),
+episode as (
+    -- each anomaly episode with its class (the most frequent of its steps), steps and explanation
+    select run_id, episode_id, mode(anomaly_class) as anomaly_class, min(step) as first_step, max(step) as last_step,
+           arg_min(explanation, step) filter (where explanation is not null) as evidence
+    from step_anomalies
+    where run_id in (select unnest($run_ids)) and is_anomaly and episode_id is not null
+    group by all
+),
+subject as (
+    -- what advice answers: how the run ended (a run that did not complete), and each anomaly episode
+    select run_id, null::bigint as episode_id, failure_class, null as anomaly_class, null::bigint as first_step,
+           null::bigint as last_step, null as evidence
+    from run
+    where failure_class <> 'completed'
+    union all
+    select run_id, episode_id, null, anomaly_class, first_step, last_step, coalesce(evidence, '')
+    from episode
+),
 matched as (
     select
-        s.run_id, s.cause, r.* replace (
+        s.run_id, s.episode_id, s.first_step, s.last_step, s.evidence, f.cause, r.* replace (
             -- older verl versions name some knobs differently (a global micro batch, not per GPU)
-            case when s.config[r.setting] is null
-                      and s.config[r.older] is not null
+            case when json_extract_string(f.config_json, '$.' || r.setting) is null
+                      and json_extract_string(f.config_json, '$.' || r.older) is not null
                  then r.older else r.setting end as setting),
-        case when r.kind = 'config' then coalesce(s.config[r.setting],
-                                                 s.config[r.older]) end
+        case when r.kind = 'config' then coalesce(json_extract_string(f.config_json, '$.' || r.setting),
+                                                 json_extract_string(f.config_json, '$.' || r.older)) end
             as current_value,
         case when r.fact is not null then coalesce(
-            nullif(regexp_extract(s.cause, r.fact, 1), ''), nullif(regexp_extract(s.cause, r.fact, 2), '')) end
+            nullif(regexp_extract(f.cause, r.fact, 1), ''), nullif(regexp_extract(f.cause, r.fact, 2), '')) end
             as fact_value
-    from run as s
+    from subject as s
+    join facts as f using (run_id)
     cross join rule as r
-    left join findings as f using (run_id)
-    where list_contains(r.classes, s.failure_class)
-      and (r.phases is null or list_contains(r.phases, s.failure_phase))
-      and (r.text is null or regexp_matches(s.cause, r.text))
-      and (r.hang is null or regexp_matches(s.hang_reason, r.hang))
-      and (r.finding is null or list_contains(coalesce(f.findings, []), r.finding))
-      and (r.requires is null or s.config[r.requires] = 'true')
-      and (r.unless is null or coalesce(s.config[r.unless], 'false') <> 'true')
+    left join findings as fi using (run_id)
+    where (case when s.episode_id is null
+                then list_contains(r.classes, s.failure_class)
+                     and (r.phases is null or list_contains(r.phases, f.failure_phase))
+                     and (r.text is null or regexp_matches(f.cause, r.text))
+                     and (r.hang is null or regexp_matches(f.hang_reason, r.hang))
+                else list_contains(r.anomalies, s.anomaly_class) end)
+      and (r.finding is null or list_contains(coalesce(fi.findings, []), r.finding))
+      and (r.no_finding is null or not list_contains(coalesce(fi.findings, []), r.no_finding))
+      and (r.requires is null or lower(json_extract_string(f.config_json, '$.' || r.requires)) = 'true')
+      and (r.unless is null or coalesce(lower(json_extract_string(f.config_json, '$.' || r.unless)), 'false') <> 'true')
+      and (r.role is null or (r.role = 'critic' and f.has_critic) or (r.role = 'ref' and f.has_ref))
+      and (r.engine is null or r.engine = f.engine)
+      and (r.devices is null or list_contains(r.devices, f.device))
 ),
 valued as (
-    -- the value to try, moved from the run's own value; null where the rule has nothing to move
+    -- the value to try, moved from the run's own value (else verl's default); null where nothing moves
     select
         *,
-        try_cast(current_value as double) as current_number,
-        case action
-            when 'halve' then case when try_cast(current_value as double) > 1
-                                   then (floor(try_cast(current_value as double) / 2))::bigint::varchar end
-            when 'double' then case when try_cast(current_value as double) * 2 <= coalesce(at_most, 1e9)
-                                    then (try_cast(current_value as double) * 2)::bigint::varchar end
-            when 'step' then case
-                when delta < 0 and try_cast(current_value as double) > at_least
-                    then round(greatest(at_least, try_cast(current_value as double) + delta), 2)::varchar
-                when delta > 0 and try_cast(current_value as double) < at_most
-                    then round(least(at_most, try_cast(current_value as double) + delta), 2)::varchar end
-            when 'enable' then case when coalesce(current_value, 'false') <> 'true' then 'true' end
-            when 'disable' then case when current_value = 'true' then 'false' end
-            when 'set' then case when coalesce(current_value, '') <> value then value end
-        end as moved
+        coalesce(current_value, "default") as base_value,
+        try_cast(coalesce(current_value, "default") as double) as base
     from matched
+    where only_if is null or regexp_matches(coalesce(current_value, "default", ''), only_if)
+),
+moved as (
+    select
+        *,
+        case action
+            when 'halve' then case when base > 1 then (floor(base / 2))::bigint::varchar end
+            when 'double' then case when base * 2 <= coalesce(at_most, 1e9)
+                                    then case when keep_fraction then (base * 2)::varchar
+                                              else (base * 2)::bigint::varchar end end
+            when 'scale' then case when base > 0 then format('{:g}', base * factor) end
+            when 'step' then case
+                when delta < 0 and base > at_least then round(greatest(at_least, base + delta), 4)::varchar
+                when delta > 0 and base < at_most then round(least(at_most, base + delta), 4)::varchar end
+            when 'enable' then case when coalesce(lower(base_value), 'false') <> 'true' then 'true' end
+            when 'disable' then case when lower(base_value) = 'true' then 'false' end
+            when 'set' then case when coalesce(base_value, '') <> value then value end
+        end as moved
+    from valued
 ),
 advice as (
     select
         *,
-        coalesce(moved, direction) as suggested_value
-    from valued
-    -- a known value the rule cannot move further (already halved to 1, at its floor, already enabled)
-    -- is no advice; an unknown one still gets the direction to go
-    where (moved is not null or (current_value is null and action <> 'disable'))
+        case when action <> 'check' then coalesce(moved, direction) end as suggested_value
+    from moved
+    -- a known value the rule cannot move further (already halved to 1, at its floor, already enabled, verl's
+    -- default the run keeps) is no advice; an unknown one with no default still gets the direction to go
+    where (action = 'check' or moved is not null or (base_value is null and action <> 'disable'))
       and (min_fact is null or try_cast(fact_value as double) >= min_fact)
+),
+kept as (
+    -- never the run's own value, however it is written (1.0 and 1, True and true)
+    select *
+    from advice
+    where suggested_value is null or current_value is null
+       or (lower(suggested_value) <> lower(current_value)
+           and try_cast(suggested_value as double) is distinct from try_cast(current_value as double)
+           or try_cast(suggested_value as double) is null)
 )
 select
     run_id,
-    row_number() over (partition by run_id order by rank, name) as rank,
+    episode_id,
+    row_number() over (partition by run_id, episode_id order by rank, name) as rank,
+    kind,
     setting,
     current_value,
     suggested_value,
-    replace(replace(replace(replace(replace(replace(why,
-        '{current}', coalesce(current_value, 'not shown')),
-        '{suggested}', suggested_value),
+    replace(replace(replace(replace(replace(replace(replace(replace(replace(why,
+        '{current}', coalesce(current_value, case when "default" is not null then 'verl''s default ' || "default" end,
+                              'not shown')),
+        '{suggested}', coalesce(suggested_value, '')),
         '{fact}', coalesce(fact_value, '')),
         '{rank}', coalesce(nullif(regexp_extract(cause, '[Rr]ank (\d+)', 1), ''), '?')),
         '{op}', coalesce(nullif(regexp_extract(cause, 'OpType=(\w+)', 1), ''), 'a collective')),
         '{timeout_s}', coalesce((try_cast(nullif(regexp_extract(cause, 'Timeout\(ms\)=(\d+)', 1), '') as bigint)
-                                 // 1000)::varchar, '?')) as why,
+                                 // 1000)::varchar, '?')),
+        '{first_step}', coalesce(first_step::varchar, '')),
+        '{last_step}', coalesce(last_step::varchar, '')),
+        '{evidence}', coalesce(evidence, '')) as why,
     source,
-    name as rule,
-    kind
-from advice
-order by run_id, rank
+    name as rule
+from kept
+order by run_id, episode_id nulls first, rank

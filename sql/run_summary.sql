@@ -784,16 +784,29 @@ running as (
     from (select run_id, segment, epoch(max(ts) - min(ts)) as span_s from lines where ts is not null group by all)
     group by all
 ),
+training as (
+    -- a training collapse or divergence that had not recovered (run_training): the steps from its onset on
+    -- produced nothing worth keeping
+    select t.run_id, t.training_outcome, t.training_outcome_step,
+           sum(coalesce(p.step_time, 0) + coalesce(p.testing, 0) + coalesce(p.save_checkpoint, 0))
+               filter (where p.step < t.training_outcome_step) as before_onset_s
+    from run_training as t
+    join final_segment as f using (run_id)
+    left join phases as p on p.run_id = t.run_id and p.segment = f.segment
+    where t.run_id in (select unnest($run_ids))
+    group by all
+),
 time_use as (
     -- goodput (docs/diagnosis.md): time in steps whose results survive (all of them for a run that
-    -- completed or is still going, else up to its last checkpoint) over the time the job ran, a hang included
+    -- completed or is still going, else up to its last checkpoint; never from the onset of a training
+    -- collapse on) over the time the job ran, a hang included
     select
         s.run_id,
         greatest(coalesce(ru.running_s, 0), coalesce(a.attempted_s, 0),
                  coalesce(st.counted_s, 0) + case when v.failure_class = 'hang' then coalesce(h.hang_duration_s, 0)
                                                   else 0 end) as wall_time_s,
-        case when v.failure_class in ('completed', 'no_outcome') then st.counted_s else coalesce(k.kept_s, 0) end
-            as kept_s,
+        least(case when v.failure_class in ('completed', 'no_outcome') then st.counted_s else coalesce(k.kept_s, 0) end,
+              coalesce(tr.before_onset_s, case when tr.run_id is not null then 0 end)) as kept_s,
         c.step as last_checkpoint_step,
         case when v.failure_class in ('completed', 'no_outcome') then 0
              else greatest(s.last_step - coalesce(c.step, 0), 0) end as steps_lost
@@ -805,6 +818,7 @@ time_use as (
     left join hang as h using (run_id)
     left join checkpoint as c using (run_id)
     left join kept as k using (run_id)
+    left join training as tr using (run_id)
 )
 select
     r.run_id,
@@ -826,6 +840,8 @@ select
     -- a run whose losses went NaN keeps how it was then stopped
     case when v.failure_class in ('interrupted', 'nan_divergence') then
          case when hd.run_id is not null then 'debugger' else sp.stop_reason end end as stop_reason,
+    tr.training_outcome,
+    tr.training_outcome_step,
     case when v.failure_class not in ('completed', 'hang', 'no_outcome', 'interrupted')
          then rt.root_cause_event end as root_cause_event,
     case
@@ -881,4 +897,5 @@ left join last_line as ll using (run_id)
 left join run_bottleneck as b using (run_id)
 left join step_totals as st using (run_id)
 left join time_use as tu using (run_id)
+left join training as tr using (run_id)
 order by r.run_id

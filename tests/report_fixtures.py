@@ -136,7 +136,7 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
     ep_last = np.full(n, None, dtype=object)
     a_cls = np.full(n, None, dtype=object)
     expl = np.full(n, None, dtype=object)
-    advice = np.full(n, None, dtype=object)
+    advice = []
     for i, (first, last, acls) in enumerate(spec.episodes):
         sl = slice(first - 1, last)
         is_anom[sl] = True
@@ -145,13 +145,16 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
         ep_last[sl] = last
         a_cls[sl] = acls
         expl[sl] = f"{acls}: {HOSTILE_IMG if spec.hostile else 'value far above the run median'}"
-        advice[sl] = f"Check {acls} settings"
+        advice.append({"episode_id": i + 1, "rank": 1, "kind": "check", "setting": None, "current_value": None,
+                       "suggested_value": None, "why": f"Check {acls} settings",
+                       "source": "https://verl.readthedocs.io/en/latest/examples/config.html"})
     put("step_anomalies", pa.table({
         "step": steps, "is_anomaly": is_anom, "score": np.where(is_anom, 0.8, 0.1),
         "anomaly_class": pa.array(a_cls, pa.string()), "explanation": pa.array(expl, pa.string()),
         "episode_id": pa.array(ep_id, pa.int64()), "episode_first_step": pa.array(ep_first, pa.int64()),
-        "episode_last_step": pa.array(ep_last, pa.int64()), "advice": pa.array(advice, pa.string()),
+        "episode_last_step": pa.array(ep_last, pa.int64()),
     }))
+    put("run_advice", pa.Table.from_pylist(advice, schema=RUN_ADVICE_SCHEMA))
 
     phase, cause = ROOT_CAUSES.get(cls, (None, None))
     if spec.hostile and cause:
@@ -256,6 +259,12 @@ def every_class_specs(day: datetime = datetime(2026, 11, 28, 12, 0)) -> list[Run
                          episodes=[(10, 12, "grad_explosion")], hostile=True, ended_at=day - timedelta(hours=5),
                          experiment="exp-b", seed=7))
     return specs
+
+
+RUN_ADVICE_SCHEMA = pa.schema([
+    ("episode_id", pa.int64()), ("rank", pa.int64()), ("kind", pa.string()), ("setting", pa.string()),
+    ("current_value", pa.string()), ("suggested_value", pa.string()), ("why", pa.string()), ("source", pa.string()),
+])
 
 
 def build_warehouse(warehouse: Path, specs: list[RunSpec]) -> Path:

@@ -14,7 +14,9 @@ def _run(warehouse, run_id: str, failure_class: str, advice: list[tuple] = ()) -
         "failure_class": [failure_class], "last_step": [42], "expected_steps": [100],
         "root_cause_text": pa.array(["torch.OutOfMemoryError: CUDA out of memory."], pa.string())}))
     lake.write_run_table(warehouse, "run_advice", run_id, pa.table({
+        "episode_id": pa.array([None] * len(advice), pa.int64()),
         "rank": pa.array([i + 1 for i in range(len(advice))], pa.int64()),
+        "kind": pa.array(["env" if a[0].isupper() else "config" for a in advice], pa.string()),
         "setting": pa.array([a[0] for a in advice], pa.string()),
         "current_value": pa.array([a[1] for a in advice], pa.string()),
         "suggested_value": pa.array([a[2] for a in advice], pa.string()),

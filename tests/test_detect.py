@@ -1,4 +1,4 @@
-"""Detect layer on synthetic step_phases / step_health frames: features, rules, decisions, advice, files."""
+"""Detect layer on synthetic step_phases / step_health frames: features, rules, decisions, explanations, files."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import pytest
 
 from pipeline.detect import (
     AnomalyModelConfig,
-    advice_for,
     apply_rules,
     build_features,
     decide,
@@ -31,7 +30,7 @@ from pipeline.detect.levels import group_bounds
 from pipeline.detect.warehouse import read_table
 from pipeline.lake import connect, write_run_table
 from pipeline.quality import model_age_days
-from pipeline.simulate.vocab import ANOMALY_CLASSES, FAILURE_CLASSES
+from pipeline.simulate.vocab import ANOMALY_CLASSES
 from tests.detect_runs import fleet, make_run
 
 
@@ -69,7 +68,6 @@ def test_each_class_is_flagged_and_named(model, cls):
     assert outside["is_anomaly"].sum() <= 1
     flagged = inside[inside.is_anomaly]
     assert flagged["explanation"].str.len().gt(0).all()
-    assert flagged["advice"].str.startswith("Try:").all()
     assert (flagged["episode_first_step"] <= flagged["step"]).all()
 
 
@@ -135,16 +133,6 @@ def test_seed_thresholds_fire_on_their_literal_values():
     assert list(hits["clip_fraction_above_0.25"]) == [False, True, False]
     assert list(hits["nan_or_inf"]) == [False, False, True]
     assert strength.loc[1, "kl_above_0.2_and_rising"] == pytest.approx(1.25)
-
-
-def test_advice_for_every_class():
-    """Every class of the vocabulary has an entry with a summary; anomalies have changes and sources too
-    (that each entry fits its class is tested in test_knowledge.py)."""
-    for cls in (*ANOMALY_CLASSES, "other"):
-        entry = advice_for("anomaly_class", cls)
-        assert entry["summary"] and entry["changes"] and entry["source"], cls
-    for cls in FAILURE_CLASSES:
-        assert advice_for("failure_class", cls)["summary"], cls
 
 
 def _write_warehouse(warehouse, phases, health):

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.detect import advice_text, apply_rules, episodes
+from pipeline.detect import apply_rules, episodes
 from pipeline.detect.explain import EXPLAIN_CHANNELS, _describe, explain_steps
 from pipeline.detect.rules import Rule, _condition_strength
 
@@ -110,8 +110,3 @@ def test_rule_results_keep_the_steps_index():
     hits, strength = apply_rules(features, (rule,))
     assert hits.index.tolist() == strength.index.tolist() == [10, 11]
     assert hits["kl_high"].tolist() == [True, False] and strength["kl_high"].tolist() == pytest.approx([1.5, 0.0])
-
-
-def test_advice_without_a_setting_is_the_summary():
-    """`other` changes no setting, so its advice is its summary."""
-    assert advice_text("anomaly_class", "other") == "The model flags an unusual combination of metrics that no rule names."

@@ -85,6 +85,20 @@ def test_anomaly_flags_match_health(label: dict, flagged: dict[str, list[int]]) 
         assert steps, label["healthy_metrics_reason"]
 
 
+@pytest.mark.parametrize("label", LABELS, ids=[lab["file"][:40] for lab in LABELS])
+def test_training_outcome_matches_health(label: dict, summary: dict[str, dict]) -> None:
+    """A run whose label says its curves collapsed reads `collapsed` from the step the label names (its
+    "(step N)"), whatever the log's end, and its goodput stops there; a healthy run has no training outcome."""
+    got = summary[_run_id(label["file"])]
+    reason = label.get("healthy_metrics_reason") or ""
+    if label["healthy_metrics"]:
+        assert got["training_outcome"] is None
+    elif "collapse" in reason:
+        assert got["training_outcome"] == "collapsed"
+        assert got["training_outcome_step"] == int(re.search(r"\(step (\d+)\)", reason).group(1))
+        assert got["goodput"] < 1
+
+
 def test_stall_duration_from_the_progress_bar(summary: dict[str, dict]) -> None:
     """The stuck-compilation run: its bar printed 0/58 at 00:00 and again at 07:16, so 436 s passed."""
     got = summary["12_tpu_xla_port_stuck_compiling_step0"]

@@ -23,7 +23,7 @@ from report_fixtures import (
 )
 
 from pipeline import lake
-from pipeline.report import advice, render_fleet_report, render_run_report
+from pipeline.report import render_fleet_report, render_run_report
 
 DAY = date(2026, 11, 28)
 HEADLINES = {
@@ -42,15 +42,13 @@ HEADLINES = {
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """Every report rendered without the fixes knowledge base, so rows' own advice shows."""
+    """Every report rendered from a hand-made warehouse."""
     root = tmp_path_factory.mktemp("report")
     specs = every_class_specs()
     warehouse = build_warehouse(root / "warehouse", specs)
     reports = root / "reports"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(advice, "_advice_lookup", lambda: None)
-        pages = {s.run_id: render_run_report(warehouse, s.run_id, reports) for s in specs}
-        fleet = render_fleet_report(warehouse, reports, DAY)
+    pages = {s.run_id: render_run_report(warehouse, s.run_id, reports) for s in specs}
+    fleet = render_fleet_report(warehouse, reports, DAY)
     return {"warehouse": warehouse, "reports": reports, "specs": {s.run_id: s for s in specs}, "pages": pages,
             "fleet": fleet}
 
@@ -131,7 +129,7 @@ def test_anomaly_episodes_are_listed_with_explanation_and_advice(built):
     got = [(r.attrs["data-first-step"], r.attrs["data-last-step"], r.attrs["data-class"]) for r in rows]
     assert got == [("30", "36", "gen_slowdown"), ("80", "82", "kl_spike")]
     assert [r.find("span", cls="pill").text() for r in rows] == ["Slower generation", "KL spike"]
-    assert [li.text() for li in rows[0].find_all("li")] == ["Check gen_slowdown settings"]
+    assert [li.text() for li in rows[0].find_all("li")] == ["check Check gen_slowdown settings source"]
     assert "value far above the run median" in rows[1].text()
 
 
@@ -299,41 +297,30 @@ def test_unknown_or_bad_run_id_is_refused(built, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_advice_from_the_knowledge_base(built, tmp_path, monkeypatch):
-    calls = []
-
-    def advice_for(kind, cls):
-        calls.append((kind, cls))
-        return {"summary": f"{cls} <b>ended</b> it", "causes": ["micro batch too large"],
-                "changes": [{"key": "actor.ppo_micro_batch_size_per_gpu", "to": "1", "why": "smaller activations"}],
-                "source": ["000 §3.1"]}
-
-    monkeypatch.setattr(advice, "_advice_lookup", lambda: advice_for)
-    doc = page(render_run_report(built["warehouse"], "run-cuda-oom", tmp_path))
-    box = doc.find(id_="failure-advice")
-    assert box.find("p", cls="advice-summary").text() == "cuda_oom <b>ended</b> it"
-    assert [li.text() for li in box.find("ul", cls="causes").find_all("li")] == ["micro batch too large"]
-    assert [td.text() for td in box.find("table", cls="changes").find_all("td")] == [
-        "actor.ppo_micro_batch_size_per_gpu", "1", "smaller activations"]
-    assert ("failure_class", "cuda_oom") in calls
-    assert not box.find_all("b")
-    doc = page(render_run_report(built["warehouse"], "run-anomalous", tmp_path))
-    cell = doc.find("tr", data_class="gen_slowdown").find("td", cls="advice-cell")
-    assert "actor.ppo_micro_batch_size_per_gpu → 1" in cell.text()
-    assert ("anomaly_class", "gen_slowdown") in calls
-
-
-def test_advice_from_the_installed_knowledge_base(built, tmp_path):
-    """An OOM run's report lists the memory settings to change, in the knowledge base's order."""
-    doc = page(render_run_report(built["warehouse"], "run-cuda-oom", tmp_path))
-    rows = doc.find(id_="failure-advice").find("table", cls="changes").find_all("tr")[1:]
-    assert [[td.text() for td in r.find_all("td")][:2] for r in rows] == [
-        ["actor_rollout_ref.rollout.gpu_memory_utilization", "0.7 .. 0.8"],
-        ["actor_rollout_ref.rollout.max_num_batched_tokens", "lower"],
-        ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "1"],
-        ["actor_rollout_ref.actor.fsdp_config.param_offload", "true"],
-        ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "lower"],
+def test_advice_is_the_runs_own_rows(built, tmp_path):
+    """The OOM run's "What to change" lists its run_advice rows on how it ended: a change with the run's value
+    and a link to its source, and a check as no change; an episode's cell lists the rows of its episode."""
+    rows = [
+        {"episode_id": None, "rank": 1, "kind": "config", "setting": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+         "current_value": "8", "suggested_value": "4", "why": "the <b>update</b> ran out of memory",
+         "source": "https://verl.readthedocs.io/en/latest/perf/perf_tuning.html"},
+        {"episode_id": None, "rank": 2, "kind": "check", "setting": None, "current_value": None, "suggested_value": None,
+         "why": "look at the other processes on the GPU", "source": "https://pytorch.org/docs/stable/notes/cuda.html"},
     ]
+    warehouse = tmp_path / "wh"
+    write_run(warehouse, RunSpec(run_id="oom", failure_class="cuda_oom", n_steps=5, ended_at=datetime(2026, 11, 20)))
+    from report_fixtures import RUN_ADVICE_SCHEMA
+    lake.write_run_table(warehouse, "run_advice", "oom", pa.Table.from_pylist(rows, schema=RUN_ADVICE_SCHEMA))
+    doc = page(render_run_report(warehouse, "oom", tmp_path / "rep"))
+    table = doc.find(id_="failure-advice").find("table", id_="run-advice")
+    change, check = table.find_all("tr")[1:]
+    assert [td.text() for td in change.find_all("td")][:4] == [
+        "1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "8", "4"]
+    assert change.find("a").attrs["href"] == "https://verl.readthedocs.io/en/latest/perf/perf_tuning.html"
+    assert not table.find_all("b")
+    assert check.attrs["data-kind"] == "check" and "look at the other processes" in check.text()
+    cell = page(built["pages"]["run-anomalous"]).find("tr", data_class="gen_slowdown").find("td", cls="advice-cell")
+    assert "Check gen_slowdown settings" in cell.text()
 
 
 def test_write_run_fixture_matches_the_contract(tmp_path):
@@ -429,19 +416,45 @@ def test_verl_signals_and_validation_against_earlier_runs_of_the_group(tmp_path)
     assert [td.text().split(" (")[0] for td in val[2:6]] == ["0.2", "0.4", "0.5", "0.4"]
 
 
-def test_knowledge_sources_read_as_titles_and_links():
-    """The knowledge base cites seed articles by number and verl's docs by topic; a reader gets titles and links."""
+def test_fleet_first_change_is_the_change_most_runs_of_the_class_got(tmp_path):
+    """Three OOM runs: all three were told to lower the actor's micro batch (8 -> 4, 16 -> 8, one not shown), two
+    of them first the rollout's memory share; the fleet names the micro batch, in 3 of 3 runs, linked (not the
+    first row of most runs). Two hung runs got only checks: no change is named for them."""
+    from report_fixtures import RUN_ADVICE_SCHEMA
+
+    micro, util = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.gpu_memory_utilization"
+    advice = {
+        "oom-a": [(1, "config", micro, "8", "4"), (2, "check", None, None, None)],
+        "oom-b": [(1, "config", util, "0.8", "0.7"), (2, "config", micro, "16", "8")],
+        "oom-c": [(1, "config", util, "0.9", "0.8"), (2, "config", micro, None, "lower (halve it)")],
+        "hang-a": [(1, "check", None, None, None)],
+        "hang-b": [(1, "check", None, None, None)],
+    }
+    warehouse = tmp_path / "wh"
+    specs = [RunSpec(run_id=rid, failure_class="cuda_oom" if rid.startswith("oom") else "hang", n_steps=5,
+                     ended_at=datetime(2026, 11, 20 + i), seed=i) for i, rid in enumerate(advice)]
+    build_warehouse(warehouse, specs)
+    for rid, rows in advice.items():
+        lake.write_run_table(warehouse, "run_advice", rid, pa.Table.from_pylist(
+            [{"episode_id": None, "rank": r, "kind": k, "setting": st, "current_value": c, "suggested_value": sv,
+              "why": "w", "source": "https://verl.readthedocs.io"} for r, k, st, c, sv in rows],
+            schema=RUN_ADVICE_SCHEMA))
+    doc = page(render_fleet_report(warehouse, tmp_path / "rep", DAY))
+    oom = doc.find("table", id_="failure-counts").find("tr", data_class="cuda_oom").find("td", cls="first-change")
+    assert oom.text().startswith(f"{micro} → lower (in 3 of 3 runs:")
+    assert [a.attrs["href"] for a in oom.find_all("a")] == [f"../runs/{r}.html" for r in ("oom-a", "oom-b", "oom-c")]
+    hang = doc.find("table", id_="failure-counts").find("tr", data_class="hang").find("td", cls="first-change")
+    assert hang.text() == ""
+
+
+def test_sources_are_links_a_reader_can_follow():
     from pipeline.report.advice import sources
 
-    got = sources(["000 §3.1, §4", "verl docs: checkpointing (trainer.resume_mode)", "PyTorch CUDA memory notes"])
+    got = sources("https://verl.readthedocs.io/en/latest/advance/checkpoint.html")
     assert [(s.text, s.href) for s in got] == [
-        ("verl log analysis guide §3.1, §4", None),
-        ("verl documentation: checkpointing (trainer.resume_mode)",
-         "https://verl.readthedocs.io/en/latest/search.html?q=checkpointing+(trainer.resume_mode)"),
-        ("PyTorch CUDA memory notes", None),
-    ]
-    assert [s.text for s in sources("seed 003 (ref offload); verl docs: data config")] == [
-        "verl logging and monitoring setup (ref offload)", "verl documentation: data config"]
+        ("verl.readthedocs.io/en/latest/advance/checkpoint.html",
+         "https://verl.readthedocs.io/en/latest/advance/checkpoint.html")]
+    assert sources(None) == []
 
 
 def test_verl_signals_fall_back_to_the_model_setup(tmp_path):

@@ -82,7 +82,7 @@ def test_dynamic_batch_size_turns_the_advice_to_token_lengths(tmp_path):
 
 
 def test_oom_in_generation_lowers_gpu_memory_utilization_from_the_runs_value(tmp_path):
-    write_run(tmp_path, "low", "cuda_oom", "gen", config(**{R + "gpu_memory_utilization": 0.6,
+    write_run(tmp_path, "low", "cuda_oom", "gen", config(**{R + "name": "vllm", R + "gpu_memory_utilization": 0.6,
                                                              R + "max_num_batched_tokens": 8192,
                                                              R + "tensor_model_parallel_size": 2}))
     write_run(tmp_path, "floor", "cuda_oom", "gen", config(**{R + "gpu_memory_utilization": 0.3}))
@@ -136,7 +136,7 @@ def test_nccl_advice_quotes_rank_op_and_timeout(tmp_path):
 
 
 def test_a_stalled_engine_short_of_kv_cache_gets_more_memory_not_less(tmp_path):
-    write_run(tmp_path, "r", "hang", "gen", config(**{R + "gpu_memory_utilization": 0.6}),
+    write_run(tmp_path, "r", "hang", "gen", config(**{R + "name": "vllm", R + "gpu_memory_utilization": 0.6}),
               hang_reason="no progress for 47.0 min after step 3", findings=("kv_cache_too_small",))
     got = advice(tmp_path, ["r"])["r"]
     assert got[0] == ("actor_rollout_ref.rollout.gpu_memory_utilization", "0.6", "0.7")
@@ -197,3 +197,139 @@ def test_a_huge_config_dump_gets_the_same_advice(tmp_path, bulk):
         ("actor_rollout_ref.model.enable_gradient_checkpointing", "false", "true"),
         ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "false", "true"),
     ]
+# ---------------------------------------------------------------- advice for anomaly episodes, and what a run has
+
+def write_episode(warehouse, run_id: str, anomaly_class: str, steps: range, explanation: str = "") -> None:
+    """One anomaly episode (episode_id 1) in step_anomalies, as detection writes it."""
+    n = len(steps)
+    lake.write_run_table(warehouse, "step_anomalies", run_id, pa.table({
+        "step": pa.array(list(steps), pa.int64()), "is_anomaly": [True] * n, "score": [0.8] * n,
+        "anomaly_class": [anomaly_class] * n, "explanation": [explanation] * n,
+        "episode_id": pa.array([1] * n, pa.int64())}))
+
+
+def write_lines(warehouse, run_id: str, lines: list[str]) -> None:
+    lake.write_run_table(warehouse, "log_lines", run_id, pa.table({
+        "file": ["driver.log"] * len(lines), "line_no": pa.array(range(1, len(lines) + 1), pa.int64()),
+        "text": lines, "kind": ["other"] * len(lines)}))
+
+
+def rows_of(warehouse, run_ids: list[str]) -> dict[str, list[dict]]:
+    """Per run: every run_advice row, run level first, in rank order."""
+    derive.derive_run_table(warehouse, "run_advice", run_ids)
+    con = connect(warehouse)
+    got: dict[str, list[dict]] = {r: [] for r in run_ids}
+    cur = con.execute("select * from run_advice order by run_id, episode_id nulls first, rank")
+    names = [d[0] for d in cur.description]
+    for row in cur.fetchall():
+        got[row[names.index("run_id")]].append(dict(zip(names, row, strict=True)))
+    return got
+
+
+def test_episode_advice_names_its_episode_and_never_keeps_the_runs_value(tmp_path):
+    """A NaN episode on a run whose grad_clip is already 1.0 (verl's default) and lr 1e-6: clip tighter, lr halved."""
+    write_run(tmp_path, "r", "nan_divergence", "update_actor",
+              config(**{A + "grad_clip": 1.0, A + "optim__lr": 1e-6, "algorithm__adv_estimator": "grpo"}))
+    write_episode(tmp_path, "r", "nan_loss", range(28, 31), "non-finite values in 3 metric(s)")
+    got = rows_of(tmp_path, ["r"])["r"]
+    episode = [(r["setting"], r["current_value"], r["suggested_value"]) for r in got if r["episode_id"] == 1]
+    assert ("actor_rollout_ref.actor.grad_clip", "1.0", "0.5") in episode
+    assert [(float(c), float(s)) for k, c, s in episode if k == "actor_rollout_ref.actor.optim.lr"] == [(1e-6, 5e-7)]
+    assert {r["kind"] for r in got} <= {"config", "env", "check"}
+    assert all(r["source"].startswith("https://") for r in got)
+    for r in got:
+        if r["current_value"] is not None and r["suggested_value"] is not None:
+            assert float(r["suggested_value"]) != float(r["current_value"]), r
+
+
+def test_a_default_the_run_already_uses_is_not_suggested(tmp_path):
+    """resume_mode: verl's default is auto. Set to auto (real log 08) or not shown: no row; set to disable: auto."""
+    write_run(tmp_path, "auto", "interrupted", None, config(trainer__resume_mode="auto", trainer__save_freq=20))
+    write_run(tmp_path, "unset", "interrupted", None, config(trainer__save_freq=20))
+    write_run(tmp_path, "off", "interrupted", None, config(trainer__resume_mode="disable", trainer__save_freq=20))
+    got = rows_of(tmp_path, ["auto", "unset", "off"])
+    assert not [r for r in got["auto"] + got["unset"] if r["setting"] == "trainer.resume_mode"]
+    assert [(r["current_value"], r["suggested_value"]) for r in got["off"] if r["setting"] == "trainer.resume_mode"] \
+        == [("disable", "auto")]
+
+
+def test_no_critic_knob_without_a_critic(tmp_path):
+    """GRPO has no critic (verl builds one for GAE only): a NaN episode there gets no critic.* row; with GAE it does."""
+    for rid, estimator in (("grpo", "grpo"), ("gae", "gae")):
+        write_run(tmp_path, rid, "nan_divergence", "update_actor",
+                  config(**{"algorithm__adv_estimator": estimator, C + "grad_clip": 1.0, A + "grad_clip": 1.0}))
+        write_episode(tmp_path, rid, "nan_loss", range(5, 8))
+    got = rows_of(tmp_path, ["grpo", "gae"])
+    assert not [r for r in got["grpo"] if (r["setting"] or "").startswith("critic.")]
+    assert ("critic.grad_clip", "1.0", "0.5") in [(r["setting"], r["current_value"], r["suggested_value"])
+                                                  for r in got["gae"]]
+
+
+def test_memory_pressure_never_moves_a_memory_knob_up(tmp_path):
+    """gpu_memory_utilization 0.4 (the demo's OOM run): under memory pressure nothing suggests raising it."""
+    ids = []
+    for k, util in enumerate((0.4, 0.6, 0.9)):
+        ids.append(f"m{k}")
+        write_run(tmp_path, ids[-1], "cuda_oom", "update_actor",
+                  config(**{R + "name": "vllm", R + "gpu_memory_utilization": util, A + "ppo_micro_batch_size_per_gpu": 8,
+                            R + "max_num_seqs": 1024}))
+        write_episode(tmp_path, ids[-1], "memory_pressure", range(37, 45), "mem_reserved_gb 92.7 GB")
+    got = rows_of(tmp_path, ids)
+    moved = 0
+    for rows in got.values():
+        for r in rows:
+            if r["episode_id"] == 1 and any(k in (r["setting"] or "") for k in MEMORY_KNOBS) and r["current_value"]:
+                assert float(r["suggested_value"]) < float(r["current_value"]), r
+                moved += 1
+    assert moved
+    assert ("actor_rollout_ref.rollout.gpu_memory_utilization", "0.9", "0.8") in [
+        (r["setting"], r["current_value"], r["suggested_value"]) for r in got["m2"]]
+
+
+def test_preemption_never_raises_max_num_seqs(tmp_path):
+    """vLLM preempting with max_num_seqs 1024: fewer sequences and more KV cache, never more sequences."""
+    write_run(tmp_path, "r", "completed", None,
+              config(**{R + "name": "vllm", R + "max_num_seqs": 1024, R + "gpu_memory_utilization": 0.7}),
+              findings=("kv_cache_too_small",))
+    write_episode(tmp_path, "r", "gen_slowdown", range(9, 20))
+    got = {r["setting"]: r["suggested_value"] for r in rows_of(tmp_path, ["r"])["r"] if r["setting"]}
+    assert got["actor_rollout_ref.rollout.max_num_seqs"] == "512"
+    assert got["actor_rollout_ref.rollout.gpu_memory_utilization"] == "0.8"
+
+
+def test_an_sglang_run_gets_no_vllm_keys(tmp_path):
+    """Real log 23 (SGLang engine error) and a preempting SGLang episode: no vLLM-only key or variable."""
+    vllm_only = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "VLLM_")
+    for rid, engine in (("sglang", "sglang"), ("vllm", "vllm")):
+        write_run(tmp_path, rid, "vllm_engine_error", "startup",
+                  config(**{R + "name": engine, R + "max_num_seqs": 256, R + "max_num_batched_tokens": 8192}),
+                  "RuntimeError: No backend type associated with device type cpu", findings=("kv_cache_too_small",))
+        write_episode(tmp_path, rid, "gen_slowdown", range(3, 9))
+    got = rows_of(tmp_path, ["sglang", "vllm"])
+    assert not [r for r in got["sglang"] if any(k in (r["setting"] or "") for k in vllm_only)]
+    assert [r for r in got["vllm"] if any(k in (r["setting"] or "") for k in vllm_only)]
+
+
+def test_a_tpu_run_gets_no_nccl_advice(tmp_path):
+    """Real log 12 (a TPU run stuck compiling): the device from trainer.device or from the log's own lines."""
+    write_run(tmp_path, "tpu_cfg", "hang", "gen", config(trainer__device="tpu"),
+              hang_reason="no progress for 40.0 min after step 0")
+    write_run(tmp_path, "tpu_log", "hang", "gen", config(), hang_reason="no progress for 40.0 min after step 0")
+    write_lines(tmp_path, "tpu_log", ["WARNING:2025-07-18 19:09:05,969:libtpu.so and TPU device found. "
+                                      "Setting PJRT_DEVICE=TPU."])
+    write_run(tmp_path, "gpu", "hang", "gen", config(), hang_reason="no progress for 40.0 min after step 0")
+    got = rows_of(tmp_path, ["tpu_cfg", "tpu_log", "gpu"])
+    for rid in ("tpu_cfg", "tpu_log"):
+        assert got[rid], rid
+        assert not [r for r in got[rid] if "NCCL" in (r["setting"] or "")], rid
+    assert [r for r in got["gpu"] if "NCCL" in (r["setting"] or "")]
+
+
+def test_every_anomaly_class_gets_advice_for_its_episode(tmp_path):
+    from pipeline.vocabulary import ANOMALY_CLASSES
+    for cls in ANOMALY_CLASSES:
+        write_run(tmp_path, cls, "completed", None, config())
+        write_episode(tmp_path, cls, cls, range(10, 13))
+    got = rows_of(tmp_path, list(ANOMALY_CLASSES))
+    assert all(any(r["episode_id"] == 1 for r in got[c]) for c in ANOMALY_CLASSES), \
+        [c for c in ANOMALY_CLASSES if not got[c]]

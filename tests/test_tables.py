@@ -42,13 +42,25 @@ def test_docs_list_the_registry():
     assert block and block.group(1) == tables.markdown(), "paste `python -m pipeline.tables` into docs/architecture.md"
 
 
+def _without_descriptions(text: str) -> str:
+    """`text` without the parenthesised description after each `column` (its backticked values are no columns)."""
+    out, i = "", 0
+    while m := re.compile(r"`\w+` \(").search(text, i):
+        out += text[i:m.end() - 1]
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+    return out + text[i:]
+
+
 def _design_contracts() -> dict[str, set[str]]:
-    """The design card's table contract: `- `name`: `col`, `col`, ...` lines."""
+    """The design card's table contract: `- `name`: `col` (description), `col`, ...` lines."""
     found = {}
     for line in DESIGN.read_text().splitlines():
         m = re.match(r"- `(\w+)`(?: \(fleet table\))?: (.*)", line)
         if m and "`run_id`" in m.group(2) or (m and m.group(1) == "error_templates"):
-            found[m.group(1)] = set(re.findall(r"`(\w+)`", m.group(2)))
+            found[m.group(1)] = set(re.findall(r"`(\w+)`", _without_descriptions(m.group(2))))
     return found
 
 

@@ -1,8 +1,8 @@
-"""Detect layer: features, rules, the isolation forest, explanations, advice and evaluation."""
+"""Detect layer: features, rules, the isolation forest, explanations and evaluation."""
 
 from pipeline.detect.decide import decide
 from pipeline.detect.evaluate import add_evaluate_arguments, evaluate, run_evaluate
-from pipeline.detect.explain import advice_for, advice_text, episodes
+from pipeline.detect.explain import episodes
 from pipeline.detect.features import build_features
 from pipeline.detect.model import AnomalyModelConfig, FittedModel, fit_model
 from pipeline.detect.rules import apply_rules, load_rules
@@ -16,8 +16,6 @@ __all__ = [
     "run_evaluate",
     "FittedModel",
     "ModelInfo",
-    "advice_for",
-    "advice_text",
     "apply_rules",
     "build_features",
     "decide",

@@ -1,50 +1,14 @@
-"""Explanations of flagged steps, episodes of consecutive flags, and advice from the fixes knowledge base."""
+"""Explanations of flagged steps, and episodes of consecutive flags (their advice is run_advice, sql/run_advice.sql)."""
 
 from __future__ import annotations
-
-import json
-from functools import cache
 
 import numpy as np
 import pandas as pd
 
 from pipeline.detect.features import ASINH_CHANNELS, FALLING, LINEAR_CHANNELS, LOG_CHANNELS
-from pipeline.detect.rules import KNOWLEDGE_DIR
-
-FIXES_FILE = KNOWLEDGE_DIR / "fixes.json"
-KINDS = ("anomaly_class", "failure_class")
 
 # Channels an explanation may cite; memory share and clip fraction read better as absolute values.
 EXPLAIN_CHANNELS = LOG_CHANNELS + ASINH_CHANNELS + ("reward_mean",)
-
-
-@cache
-def _fixes() -> dict:
-    with open(FIXES_FILE, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def advice_for(kind: str, cls: str) -> dict:
-    """The knowledge-base entry for an anomaly_class or failure_class: summary, causes, changes, source.
-
-    `kind` is "anomaly_class" or "failure_class"; an unknown class gets an empty entry.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
-    entry = _fixes()[kind].get(cls)
-    if entry is None:
-        return {"summary": "", "causes": [], "changes": [], "source": []}
-    return entry
-
-
-def advice_text(kind: str, cls: str, max_changes: int = 3) -> str:
-    """One line of advice: the first configuration changes to try and the article sections behind them."""
-    entry = advice_for(kind, cls)
-    changes = [f"{c['key']} -> {c['to']}" for c in entry["changes"][:max_changes] if c["key"] != "-"]
-    if not changes:
-        return entry["summary"]
-    source = f" (seeds {', '.join(entry['source'])})" if entry["source"] else ""
-    return "Try: " + "; ".join(changes) + source
 
 
 def _describe(channel: str, value: float, base: float, ratio: float) -> str:

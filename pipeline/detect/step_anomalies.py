@@ -1,4 +1,4 @@
-"""step_anomalies rows of a frame of steps: features, the decision, explanations and advice (pure, no files)."""
+"""step_anomalies rows of a frame of steps: features, the decision and explanations (pure, no files)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from pipeline.detect.decide import decide
 from pipeline.detect.drivers import episode_explanations
-from pipeline.detect.explain import advice_text, explain_steps
+from pipeline.detect.explain import explain_steps
 from pipeline.detect.features import features_of, merge_steps
 from pipeline.detect.model import FittedModel
 from pipeline.detect.peaks import named_episode_texts
@@ -27,7 +27,6 @@ STEP_ANOMALIES_SCHEMA = pa.schema(
         ("episode_first_step", pa.int64()),
         ("episode_last_step", pa.int64()),
         ("rule_hits", pa.list_(pa.string())),
-        ("advice", pa.string()),
         ("drivers", pa.string()),
     ]
 )
@@ -72,8 +71,6 @@ def score_frame(
     texts, payloads = episode_explanations(model, signals, result)
     _by_episode(result, "explanation", flagged & ~named, texts)
     _by_episode(result, "drivers", flagged & ~named, payloads)
-    advice = {c: advice_text("anomaly_class", c) for c in result["anomaly_class"].dropna().unique()}
-    result["advice"] = result["anomaly_class"].map(advice)
     result.loc[~result["is_anomaly"], "episode_first_step"] = None
     result.loc[~result["is_anomaly"], "episode_last_step"] = None
     result.loc[~result["is_anomaly"], "episode_id"] = None

@@ -1,150 +1,37 @@
-"""What the fixes knowledge base says about a failure or anomaly class, and where it says it."""
+"""Advice as the reports show it: run_advice rows (sql/run_advice.sql), split by what they answer, with sources."""
 
 from __future__ import annotations
 
-import functools
-import json
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
-
-FIXES_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "fixes.json"
-# the knowledge base cites the seed articles by number; a reader needs their titles
-SEED_TITLES = {
-    "000": "verl log analysis guide",
-    "001": "verl distributed debugging tips",
-    "002": "verl log analysis tips (timer bottlenecks)",
-    "003": "verl logging and monitoring setup",
-    "004": "verl training monitoring guide (key metrics)",
-}
-VERL_DOCS = "https://verl.readthedocs.io/en/latest/search.html?q="
-SEED_RE = re.compile(r"^(?:seed(?: articles?)? )?(\d{3})\b\s*(.*)$")
-
-
-@functools.cache
-def _fixes() -> dict[str, Any]:
-    with open(FIXES_FILE, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _advice_lookup():
-    """`advice_for(kind, cls)` over the fixes knowledge base, or None while it is not there.
-
-    Reads the JSON behind `pipeline.detect.advice_for` directly: importing the detect package
-    pulls in scikit-learn, which costs seconds per report process.
-    """
-    if not FIXES_FILE.is_file():
-        return None
-    return lambda kind, cls: _fixes().get(kind, {}).get(cls)
+from urllib.parse import urlsplit
 
 
 @dataclass
 class Source:
-    """One cited source in words a reader knows, with a link where there is one."""
+    """One cited source: a public page, named by its site and path."""
 
     text: str
     href: str | None = None
 
 
-def sources(cited: list[str] | str | None) -> list[Source]:
-    """The knowledge base's citations ("000 §3.1", "verl docs: rollout memory") as titled sources."""
-    parts = cited if isinstance(cited, list | tuple) else re.split(r";\s*", cited or "")
-    out = []
-    for part in (p.strip() for p in parts):
-        if not part:
-            continue
-        seed = SEED_RE.match(part)
-        if seed and seed.group(1) in SEED_TITLES:
-            out.append(Source(f"{SEED_TITLES[seed.group(1)]} {seed.group(2)}".strip()))
-        elif part.startswith("verl docs:"):
-            topic = part.removeprefix("verl docs:").strip()
-            out.append(Source(f"verl documentation: {topic}", VERL_DOCS + re.sub(r"\s+", "+", topic)))
-        else:
-            out.append(Source(part))
-    return out
-
-
-@dataclass
-class Advice:
-    """What the fixes knowledge base says about a class, plus free-text advice a table row carries."""
-
-    summary: str = ""
-    causes: list[str] = field(default_factory=list)
-    changes: list[dict[str, str]] = field(default_factory=list)
-    source: list[Source] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.summary or self.causes or self.changes or self.notes)
-
-    @property
-    def first_change(self) -> str:
-        """The first thing to try, in one line: a configuration change, else the summary or a note."""
-        for c in self.changes:
-            if c.get("key") not in (None, "", "-"):
-                return f"{c['key']} → {c.get('to', '')}"
-        return self.summary or (self.notes[0] if self.notes else "")
-
-
-def advice_entry(kind: str, cls: str | None, given: Any = None, config: dict | None = None) -> Advice:
-    """Advice for a 'failure' or 'anomaly' class from the fixes knowledge base; `given` is a row's own advice.
-
-    With the run's `config`, the entry's `changes_if` changes for the flags the run has on come first
-    (KL control acts through the reward or through the actor's loss, as the run chose).
-    Degrades to the row's advice, or to nothing, when the knowledge base is not installed.
-    """
-    notes = _as_lines(given)
-    entry = _entry(kind, cls)
-    if not isinstance(entry, dict):
-        return Advice(notes=notes + _as_lines(entry))
-    chosen = [c for flag, extra in (entry.get("changes_if") or {}).items() if _flag_on(config, flag) for c in extra]
-    changes = [
-        {k: str(v) for k, v in c.items()} if isinstance(c, dict) else {"key": str(c), "to": "", "why": ""}
-        for c in [*chosen, *(entry.get("changes") or [])]
-    ]
-    return Advice(
-        summary=str(entry.get("summary") or ""),
-        causes=[str(c) for c in entry.get("causes") or []],
-        changes=changes,
-        source=sources([str(x) for x in entry.get("source") or []]),
-        notes=[n for n in notes if not n.startswith("Try: ")] if changes else notes,
-    )
-
-
-def _entry(kind: str, cls: str | None) -> Any:
-    lookup = _advice_lookup() if cls else None
-    if lookup is None:
-        return None
-    try:
-        return lookup(f"{kind}_class", cls)
-    except (LookupError, ValueError, OSError):
-        return None
-
-
-def run_config(summary: dict[str, Any]) -> dict | None:
-    """The run's config dump (run_summary carries it as JSON), or None."""
-    try:
-        return json.loads(summary.get("config_json") or "null")
-    except (TypeError, ValueError):
-        return None
-
-
-def _flag_on(config: dict | None, dotted: str) -> bool:
-    """Whether the dotted config key is true in `config`."""
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict):
-            return False
-        node = node.get(part)
-    return node is True
-
-
-def _as_lines(value: Any) -> list[str]:
-    if value is None:
+def sources(cited: str | None) -> list[Source]:
+    """A run_advice row's source as a link a reader can follow."""
+    if not cited:
         return []
-    if isinstance(value, str):
-        return [value] if value.strip() else []
-    if isinstance(value, list | tuple):
-        return [line for item in value for line in _as_lines(item)]
-    return [str(value)]
+    parts = urlsplit(cited)
+    if parts.scheme not in ("http", "https"):
+        return [Source(cited)]
+    return [Source(f"{parts.netloc}{parts.path.rstrip('/')}", cited)]
+
+
+def by_episode(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[Any, list[dict[str, Any]]]]:
+    """A run's run_advice rows: those on how the run ended (episode_id null), and those of each anomaly episode."""
+    ending, episodes = [], {}
+    for r in rows:
+        if r.get("episode_id") is None:
+            ending.append(r)
+        else:
+            episodes.setdefault(int(r["episode_id"]), []).append(r)
+    return ending, episodes
+

@@ -1,4 +1,4 @@
-"""A run's anomaly episodes: consecutive flagged steps with one class, explanation and advice."""
+"""A run's anomaly episodes: consecutive flagged steps with one class, explanation and their run_advice rows."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from pipeline.report.advice import Advice, advice_entry
 from pipeline.report.warehouse import by_run, columns, rows
 
 
@@ -22,20 +21,21 @@ class Episode:
     last_step: int
     n_steps: int
     explanation: str
-    advice: Advice
+    advice: list[dict[str, Any]]
 
 
-def load_episodes(con: duckdb.DuckDBPyConnection,
-                  configs: dict[str, dict | None]) -> dict[str, tuple[np.ndarray, list[Episode]]]:
-    """Per run of `configs` (run id: its config), its flagged steps and its episodes (from step_anomalies'
-    episode columns, else by adjacency)."""
+def load_episodes(con: duckdb.DuckDBPyConnection, run_ids: list[str],
+                  advice: dict[str, dict[Any, list[dict[str, Any]]]]) -> dict[str, tuple[np.ndarray, list[Episode]]]:
+    """Per run of `run_ids`, its flagged steps and its episodes (from step_anomalies' episode columns, else by
+    adjacency), each with its run_advice rows (`advice`: run id -> episode id -> rows)."""
     flagged = by_run(rows(con, "select * from step_anomalies where list_contains($ids, run_id) and is_anomaly "
-                               "order by run_id, step", {"ids": list(configs)}), drop=False) \
+                               "order by run_id, step", {"ids": list(run_ids)}), drop=False) \
         if columns(con, "step_anomalies") else {}
     out = {}
-    for rid, config in configs.items():
+    for rid in run_ids:
         found = flagged.get(rid, [])
-        out[rid] = (np.array([r["step"] for r in found], dtype=float), [_episode(g, config) for g in _groups(found)])
+        given = advice.get(rid, {})
+        out[rid] = (np.array([r["step"] for r in found], dtype=float), [_episode(g, given) for g in _groups(found)])
     return out
 
 
@@ -55,18 +55,18 @@ def _groups(flagged: list[dict]) -> list[list[dict]]:
     return groups
 
 
-def _episode(g: list[dict], config: dict | None) -> Episode:
+def _episode(g: list[dict], advice: dict[Any, list[dict[str, Any]]]) -> Episode:
     classes = [r.get("anomaly_class") or "other" for r in g]
     cls = max(set(classes), key=classes.count)
     head = g[0]
     first, last = head.get("episode_first_step"), head.get("episode_last_step")
-    given = next((r.get("advice") for r in g if r.get("advice")), None)
+    episode_id = head.get("episode_id")
     return Episode(
-        episode_id=head.get("episode_id"),
+        episode_id=episode_id,
         anomaly_class=cls,
         first_step=int(first if first is not None else g[0]["step"]),
         last_step=int(last if last is not None else g[-1]["step"]),
         n_steps=len(g),
         explanation=next((r["explanation"] for r in g if r.get("explanation")), ""),
-        advice=advice_entry("anomaly", cls, given, config),
+        advice=advice.get(int(episode_id), []) if episode_id is not None else [],
     )

@@ -16,12 +16,12 @@ from pipeline.report.warehouse import clean, rows, table_rows
 FAILED_CLASSES = vocabulary.FAILED_CLASSES
 SUMMARY_COLUMNS = ("run_id", "failure_class", "last_step", "expected_steps", "goodput", "median_step_s",
                    "bottleneck_phase", "experiment_name", "root_cause_text", "last_ts", "mtime", "ingested_at",
-                   "analysis_error")
+                   "analysis_error", "training_outcome", "training_outcome_step")
 # the fleet tables the fleet report reads, each one file: viewed by name
 FLEET_READS = ("run_baselines", "fleet_weekly", "fleet_config_groups")
 # the per-run tables it reads, a file per run: read straight from their files, as binding a view over them
 # reads every file's footer, and the query then reads them again
-RUN_READS = ("run_summary", "step_anomalies")
+RUN_READS = ("run_summary", "step_anomalies", "run_advice")
 # a run is a regression when it is this much slower than the median of at least this many earlier runs
 REGRESSION_RATIO = 1.25
 MIN_PRIOR_RUNS = 2
@@ -48,10 +48,14 @@ class FleetRun:
     root_cause_text: str
     regression: str = ""
     analysis_error: str = ""  # a step of the analysis failed on this run alone (pipeline/isolation.py)
+    training_outcome: str | None = None
+    training_outcome_step: int | None = None
 
     @property
     def attention(self) -> int:
-        """0 failed, 1 hung, 2 anomalous, 3 fine: the order of the attention list."""
+        """0 failed (its ending or its training), 1 hung, 2 anomalous, 3 fine: the order of the attention list."""
+        if self.training_outcome:
+            return 0
         if self.failure_class == "hang":
             return 1
         if self.failure_class in FAILED_CLASSES:
@@ -69,6 +73,8 @@ class FleetReportData:
     runs: list[FleetRun]
     weeks: list[dict[str, Any]] = field(default_factory=list)
     groups: list[dict[str, Any]] = field(default_factory=list)
+    # run_advice's changes (config and env rows) on how each run ended, by run
+    advice: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
@@ -82,9 +88,26 @@ def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
         runs = [r for r in _runs(con, sources) if r.ended_at is None or r.ended_at < cutoff]
         weeks = table_rows(con, "fleet_weekly", "week_end <= $day", {"day": day}, "week_start")
         groups = table_rows(con, "fleet_config_groups", order="runs desc, config_group")
+        advice = _changes(con, sources.get("run_advice"), [r.run_id for r in runs])
     finally:
         con.close()
-    return FleetReportData(day=day, runs=runs, weeks=weeks, groups=groups)
+    return FleetReportData(day=day, runs=runs, weeks=weeks, groups=groups, advice=advice)
+
+
+def _changes(con: duckdb.DuckDBPyConnection, source: str | None, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Per run of `run_ids`: its run_advice changes (config and env rows, no checks) on how it ended, in rank order."""
+    if source is None:
+        return {}
+    try:
+        found = rows(con, f"select run_id, rank, kind, setting, current_value, suggested_value from {source} "
+                          "where episode_id is null and kind <> 'check' and list_contains($ids, run_id) "
+                          "order by run_id, rank", {"ids": run_ids})
+    except duckdb.BinderException:
+        return {}  # run_advice written before it held episodes and kinds: the next analysis rewrites it
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in found:
+        out.setdefault(r["run_id"], []).append(r)
+    return out
 
 
 def _runs(con: duckdb.DuckDBPyConnection, sources: dict[str, str]) -> list[FleetRun]:
@@ -130,7 +153,7 @@ def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> Fl
         top_anomaly=a.get("top"),
         root_cause_text=str(r.get("root_cause_text") or ""),
         regression=regression(base),
-        analysis_error=str(r.get("analysis_error") or ""),
+                   "analysis_error", "training_outcome", "training_outcome_step")
     )
 
 

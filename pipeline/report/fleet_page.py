@@ -7,10 +7,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pipeline.report import fleet_charts
-from pipeline.report.advice import advice_entry
-from pipeline.report.fleet_data import FleetReportData, FleetRun
+from pipeline.report.fleet_data import FAILED_CLASSES, FleetReportData, FleetRun
 from pipeline.report.formats import now_with_zone
-from pipeline.report.labels import CLASS_LABELS
+from pipeline.report.labels import CLASS_LABELS, TRAINING_LABELS
 
 MAX_ATTENTION_ROWS = 100
 MAX_CHART_GROUPS = 15
@@ -59,18 +58,55 @@ def _attention(runs: list[FleetRun], week: dict[str, Any] | None) -> dict[str, A
     }
 
 
-def _outcomes(runs: list[FleetRun], png: bool) -> dict[str, Any]:
+def _direction(row: dict[str, Any]) -> str:
+    """Which way a run_advice row moves its setting: lower or raise for a number, else the value to set."""
+    try:
+        current, suggested = float(row["current_value"]), float(row["suggested_value"])
+    except (TypeError, ValueError):
+        word = str(row["suggested_value"] or "").split(" ", 1)[0].lower()
+        return word if word in ("lower", "raise") else str(row["suggested_value"])
+    if current <= 0:  # verl's "off" (-1, 0): the value that turns it on says more than "raise"
+        return str(row["suggested_value"])
+    return "lower" if suggested < current else "raise"
+
+
+def first_changes(runs: list[FleetRun], advice: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per failure class, the change most of its runs got from run_advice (a setting and its direction), with the
+    runs it applies to; a class whose runs got no change has none."""
+    out = {}
+    by_class: dict[str, list[str]] = {}
+    for r in runs:
+        by_class.setdefault(r.failure_class, []).append(r.run_id)
+    for cls, ids in by_class.items():
+        got: dict[tuple[str, str, str], list[tuple[int, str]]] = {}
+        for rid in ids:
+            for row in advice.get(rid, []):
+                key = (row["kind"], row["setting"], _direction(row))
+                if all(rid != seen for _, seen in got.get(key, [])):
+                    got.setdefault(key, []).append((row["rank"], rid))
+        if got:
+            # most runs first, then the change those runs rank higher
+            (kind, setting, direction), applied = min(
+                got.items(), key=lambda kv: (-len(kv[1]), sum(rank for rank, _ in kv[1]) / len(kv[1]), kv[0]))
+            out[cls] = {"kind": kind, "setting": setting, "direction": direction,
+                        "runs": sorted(rid for _, rid in applied), "of": len(ids)}
+    return out
+
+
+def _outcomes(runs: list[FleetRun], png: bool, advice: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     counts = Counter(r.failure_class for r in runs)
+    trained = Counter(r.training_outcome for r in runs if r.training_outcome)
     return {
         "n_runs": len(runs),
-        "n_failed": sum(r.attention == 0 for r in runs),
+        "n_failed": sum(r.failure_class in FAILED_CLASSES and r.failure_class != "hang" for r in runs),
         "n_hung": sum(r.attention == 1 for r in runs),
         "n_anomalous": sum(r.episodes > 0 for r in runs),
         "n_completed": counts.get("completed", 0),
         "n_stopped": counts.get("interrupted", 0),
         "n_no_outcome": counts.get("no_outcome", 0),
         "counts": sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])),
-        "advice": {cls: advice_entry("failure", cls).first_change for cls in counts if cls != "completed"},
+        "advice": first_changes(runs, advice),
+        "training_counts": [(o, TRAINING_LABELS[o], trained[o]) for o in TRAINING_LABELS if trained[o]],
         "failure_chart": fleet_charts.failure_bars(dict(counts), CLASS_LABELS, png),
     }
 
@@ -100,7 +136,7 @@ def fleet_context(data: FleetReportData, png: bool = False) -> dict[str, Any]:
         "generated": now_with_zone(),
         "runs": runs,
         **_attention(runs, week),
-        **_outcomes(runs, png),
+        **_outcomes(runs, png, data.advice),
         "attention_days": ATTENTION_DAYS,
         "goodput": (week or {}).get("median_goodput"),
         "groups": data.groups,

@@ -16,6 +16,11 @@ CLASS_LABELS = {
     "vllm_engine_error": "Rollout engine error",
     "unknown": "Ended for an unknown reason",
 }
+# run_summary.training_outcome: a training failure that had not recovered, whatever the log's end
+TRAINING_LABELS = {
+    "collapsed": "Training collapsed",
+    "diverged": "Training diverged",
+}
 STOP_WORDS = {
     "keyboard": "Stopped with Ctrl-C",
     "sigterm": "Stopped by SIGTERM",

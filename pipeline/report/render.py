@@ -29,6 +29,7 @@ from pipeline.report.labels import (
     CONFIG_LABELS,
     LINE_KINDS,
     ROLE_LABELS,
+    TRAINING_LABELS,
     event_label,
 )
 from pipeline.report.run_data import RunReportData, load_run
@@ -57,6 +58,7 @@ def _environment() -> Environment:
     env.filters.update(duration=fmt_duration, num=fmt_num, pct=fmt_pct, ratio=fmt_ratio, time=fmt_time)
     env.globals.update(
         class_label=lambda c: CLASS_LABELS.get(c or "unknown", str(c)), run_href=run_href, sources=sources,
+        training_label=lambda o: TRAINING_LABELS.get(o, str(o)),
         config_label=lambda k: CONFIG_LABELS.get(k, k), completeness_label=lambda k: COMPLETENESS_LABELS.get(k, k),
         line_kind=lambda k: LINE_KINDS.get(k, k), anomaly_label=lambda c: ANOMALY_LABELS.get(c, c),
         event_label=event_label, role_label=lambda r: ROLE_LABELS.get(r, r),

@@ -13,7 +13,7 @@ import numpy as np
 from pipeline import lake
 from pipeline.error_templates import unknown_templates_of_run
 from pipeline.report import evidence, signals
-from pipeline.report.advice import Advice, advice_entry, run_config
+from pipeline.report.advice import by_episode
 from pipeline.report.episodes import Episode, load_episodes
 from pipeline.report.labels import COMPLETENESS_LABELS, CONFIG_LABELS
 from pipeline.report.samples import RunSamples, load_samples
@@ -43,7 +43,6 @@ class RunReportData:
     episodes: list[Episode]
     baseline: dict[str, Any]
     earlier_runs: list[dict[str, Any]]
-    failure_advice: Advice = field(default_factory=Advice)
     run_advice: list[dict[str, Any]] = field(default_factory=list)
     peers: signals.Peers = field(default_factory=lambda: signals.Peers("config group", None, []))
     signals: list[signals.Signal] = field(default_factory=list)
@@ -90,10 +89,11 @@ class _Batch:
         self.peers = peers
         self.summaries = _summaries(con, run_ids)
         self.root_causes = {rid: evidence.causal_line(s) for rid, s in self.summaries.items()}
-        self.episodes = load_episodes(con, {rid: run_config(s) for rid, s in self.summaries.items()})
         ids = {"ids": run_ids}
-        self.run_advice = by_run(table_rows(con, "run_advice", "list_contains($ids, run_id)", ids, "run_id, rank"),
-                                 drop=False)
+        self.run_advice = {rid: by_episode(rows) for rid, rows in by_run(
+            table_rows(con, "run_advice", "list_contains($ids, run_id)", ids, "run_id, episode_id, rank"),
+            drop=False).items()}
+        self.episodes = load_episodes(con, run_ids, {rid: eps for rid, (_, eps) in self.run_advice.items()})
         self.lines_by_kind, self.lines_by_file = evidence.line_counts(con, run_ids)
         self.context = evidence.context_lines(con, self.root_causes)
         self.error_events = evidence.error_events(con, run_ids)
@@ -111,7 +111,7 @@ class _Batch:
         """One run's report data."""
         summary = self.summaries[run_id]
         anomaly_steps, episodes = self.episodes[run_id]
-        run_advice = self.run_advice.get(run_id, [])
+        run_advice, _ = self.run_advice.get(run_id, ([], {}))
         return RunReportData(
             run_id=run_id,
             summary=summary,
@@ -130,7 +130,6 @@ class _Batch:
             episodes=episodes,
             baseline=self.baselines.get(run_id, {}),
             earlier_runs=self.earlier_runs.get(run_id, []),
-            failure_advice=_failure_advice(summary, run_advice),
             run_advice=run_advice,
             peers=self.peers[run_id],
             signals=self.signals[run_id],
@@ -173,10 +172,3 @@ def _earlier_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[st
                             "order by me.run_id, b.ended_at desc nulls last, b.run_id desc",
                        {"ids": run_ids, "n": MAX_EARLIER_RUNS}), "me")
 
-
-def _failure_advice(summary: dict[str, Any], run_advice: list[dict[str, Any]]) -> Advice:
-    advice = advice_entry("failure", summary.get("failure_class"))
-    if run_advice:
-        # the run's own rows replace the class's generic list of changes
-        advice.changes = []
-    return advice

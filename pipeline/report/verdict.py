@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from pipeline.report.formats import fmt_duration, fmt_num
-from pipeline.report.labels import CLASS_LABELS, STOP_WORDS
+from pipeline.report.labels import CLASS_LABELS, STOP_WORDS, TRAINING_LABELS
 
 EXCEPTION_RE = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Interrupt))\b")
 
@@ -26,7 +26,15 @@ def verdict(summary: dict[str, Any], n_episodes: int) -> dict[str, str]:
         tone, head, sentence = "warn", CLASS_LABELS[cls], _cut_short(summary, cls)
     else:
         tone, head, sentence = "bad", CLASS_LABELS.get(cls, cls), _failed(summary, cls)
-    return {"tone": tone, "headline": head, "sentence": sentence + ".", "cls": cls}
+    outcome = summary.get("training_outcome")
+    if outcome in TRAINING_LABELS:
+        # a training failure sets the verdict whatever the log's end: it leads, the ending follows
+        trained = TRAINING_LABELS[outcome]
+        head = trained if cls in ("completed", "no_outcome") else f"{trained}; {head}"
+        sentence = (f"{trained} from step {fmt_num(summary.get('training_outcome_step'))} and had not recovered by "
+                    f"step {fmt_num(summary.get('last_step'))}. {sentence}")
+        tone = "bad"
+    return {"tone": tone, "headline": head, "sentence": sentence + ".", "cls": cls, "training_outcome": outcome}
 
 
 def _completed(s: dict[str, Any], n_episodes: int) -> tuple[str, str, str]:
