@@ -425,3 +425,40 @@ def test_a_partition_swapped_under_the_query_is_read_again(tmp_path, monkeypatch
     with pytest.raises(duckdb.ParserException):
         derive.derive_run_table(tmp_path, "step_phases", [b.run_id])
     assert calls == ["step_phases"]
+
+
+def _health(lengths: list[float], grad=None, nan_keys=None) -> "pa.Table":
+    import pyarrow as pa
+
+    n = len(lengths)
+    return pa.table({
+        "step": pa.array(range(1, n + 1), pa.int64()), "response_length_mean": lengths,
+        "entropy": [0.5] * n, "score_mean": [0.3] * n, "reward_mean": pa.array([None] * n, pa.float64()),
+        "grad_norm": grad or [1.0] * n, "pg_loss": [0.1] * n, "kl_loss": pa.array([None] * n, pa.float64()),
+        "vf_loss": pa.array([None] * n, pa.float64()),
+        "nan_keys": pa.array(nan_keys or [None] * n, pa.list_(pa.string())),
+    })
+
+
+def test_training_outcome_is_a_failure_still_there_at_the_last_step(tmp_path):
+    """Response length 1000 -> 50 from step 11 to the end: collapsed at 11. The same drop that recovers by step
+    16, or only at the last step: no outcome. Gradients NaN from step 11 on: diverged at 11. A validation metric NaN at the end, or a
+    collapse in a run of 4 steps (too few to know its first steps): no outcome."""
+    from pipeline import lake
+
+    nan = float("nan")
+    runs = {
+        "collapsed": _health([1000.0] * 10 + [50.0] * 10),
+        "recovered": _health([1000.0] * 10 + [50.0] * 5 + [1000.0] * 5),
+        "recovered_at_the_end": _health([1000.0] * 10 + [50.0] * 19 + [1000.0]),
+        "diverged": _health([1000.0] * 12, grad=[1.0] * 10 + [nan] * 2,
+                            nan_keys=[None] * 10 + [["actor/grad_norm", "actor/pg_loss"]] * 2),
+        "val_nan": _health([1000.0] * 12, nan_keys=[None] * 11 + [["val-core/openai/gsm8k/reward/mean@1"]]),
+        "short": _health([1000.0, 1000.0, 50.0, 50.0]),
+    }
+    for rid, health in runs.items():
+        lake.write_run_table(tmp_path, "step_health", rid, health)
+    derive.derive_run_table(tmp_path, "run_training", list(runs))
+    got = dict(((r, (o, s)) for r, o, s in connect(tmp_path).execute(
+        "select run_id, training_outcome, training_outcome_step from run_training").fetchall()))
+    assert got == {"collapsed": ("collapsed", 11), "diverged": ("diverged", 11)}

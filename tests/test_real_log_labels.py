@@ -104,3 +104,17 @@ def test_stall_duration_from_the_progress_bar(summary: dict[str, dict]) -> None:
     got = summary["12_tpu_xla_port_stuck_compiling_step0"]
     assert got["hang_duration_s"] == pytest.approx(7 * 60 + 16)
     assert "7.3 min" in got["hang_reason"]
+
+
+def test_a_collapsed_run_says_so_in_its_banner(analyzed_real_logs) -> None:
+    """Each log whose label says its curves collapsed: the run report's banner leads with it, though the log
+    just ends with no error."""
+    from report_fixtures import parse_html
+
+    collapsed = [_run_id(lab["file"]) for lab in LABELS if "collapse" in (lab.get("healthy_metrics_reason") or "")]
+    assert collapsed
+    for rid in collapsed:
+        doc = parse_html((analyzed_real_logs.reports / "runs" / f"{rid}.html").read_text(encoding="utf-8"))
+        banner = doc.find("section", id_="verdict")
+        assert banner.attrs["data-training-outcome"] == "collapsed"
+        assert banner.find("p", cls="headline").text().startswith("Training collapsed")

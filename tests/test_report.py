@@ -447,6 +447,26 @@ def test_fleet_first_change_is_the_change_most_runs_of_the_class_got(tmp_path):
     assert hang.text() == ""
 
 
+def test_a_training_failure_puts_a_run_among_the_failures_of_the_fleet():
+    """A run whose log just ends (no_outcome) but whose training collapsed is listed with the failures, with its
+    onset; the fleet counts it under its training outcome and still once under its class."""
+    from pipeline.report.fleet_data import FleetReportData, FleetRun
+    from pipeline.report.fleet_page import fleet_context
+
+    def run(rid, cls, outcome=None):
+        return FleetRun(run_id=rid, failure_class=cls, last_step=59, expected_steps=100, goodput=0.6,
+                        median_step_s=10.0, bottleneck_phase="gen", experiment="e", config_group="g",
+                        ended_at=datetime(2026, 11, 27), ended_by_file_time=False, episodes=0, anomalous_steps=0,
+                        top_anomaly=None, root_cause_text="", training_outcome=outcome,
+                        training_outcome_step=36 if outcome else None)
+
+    runs = [run("cut", "no_outcome", "collapsed"), run("fine", "no_outcome"), run("oom", "cuda_oom")]
+    assert [r.attention for r in runs] == [0, 3, 0]
+    got = fleet_context(FleetReportData(day=DAY, runs=runs))
+    assert got["training_counts"] == [("collapsed", "Training collapsed", 1)]
+    assert (got["n_failed"], got["n_no_outcome"], got["n_runs"]) == (1, 2, 3)
+
+
 def test_sources_are_links_a_reader_can_follow():
     from pipeline.report.advice import sources
 
