@@ -427,7 +427,7 @@ def test_a_partition_swapped_under_the_query_is_read_again(tmp_path, monkeypatch
     assert calls == ["step_phases"]
 
 
-def _health(lengths: list[float], grad=None, nan_keys=None) -> "pa.Table":
+def _health(lengths: list[float], grad=None, nan_keys=None) -> pa.Table:
     import pyarrow as pa
 
     n = len(lengths)
