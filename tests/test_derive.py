@@ -6,6 +6,7 @@ import math
 from datetime import datetime, timedelta
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 from pipeline import derive, tables
@@ -428,8 +429,6 @@ def test_a_partition_swapped_under_the_query_is_read_again(tmp_path, monkeypatch
 
 
 def _health(lengths: list[float], grad=None, nan_keys=None) -> pa.Table:
-    import pyarrow as pa
-
     n = len(lengths)
     return pa.table({
         "step": pa.array(range(1, n + 1), pa.int64()), "response_length_mean": lengths,
