@@ -149,7 +149,7 @@ def test_completed_runs_get_no_advice(tmp_path):
 
 def test_every_failure_class_gets_advice(tmp_path):
     classes = ("cuda_oom", "nccl_timeout", "ray_actor_died", "host_oom_killed", "nan_divergence",
-               "python_exception", "vllm_engine_error", "unknown")
+               "python_exception", "vllm_engine_error", "unknown", "interrupted", "no_outcome")
     for cls in classes:
         write_run(tmp_path, cls, cls, "update_actor", config(), "Watchdog caught collective operation timeout")
     write_run(tmp_path, "hang", "hang", "gen", config(), hang_reason="no progress for 30.0 min after step 9")
