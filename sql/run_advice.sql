@@ -88,7 +88,7 @@ subject as (
 ),
 matched as (
     select
-        s.run_id, s.episode_id, s.first_step, s.last_step, s.evidence, f.cause, r.* replace (
+        s.run_id, s.episode_id, s.first_step, s.last_step, s.evidence, f.cause, f.config_json, r.* replace (
             -- older verl versions name some knobs differently (a global micro batch, not per GPU)
             case when json_extract_string(f.config_json, '$.' || r.setting) is null
                       and json_extract_string(f.config_json, '$.' || r.older) is not null
@@ -124,7 +124,10 @@ valued as (
         coalesce(current_value, "default") as base_value,
         try_cast(coalesce(current_value, "default") as double) as base
     from matched
-    where only_if is null or regexp_matches(coalesce(current_value, "default", ''), only_if)
+    where (only_if is null or regexp_matches(coalesce(current_value, "default", ''), only_if))
+      -- a key whose section the run's config dump shows without it is a key this verl version does not have
+      and (kind <> 'config' or current_value is not null
+           or json_extract(config_json, '$.' || regexp_replace(setting, '\.[^.]+$', '')) is null)
 ),
 moved as (
     select

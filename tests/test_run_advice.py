@@ -333,3 +333,17 @@ def test_every_anomaly_class_gets_advice_for_its_episode(tmp_path):
     got = rows_of(tmp_path, list(ANOMALY_CLASSES))
     assert all(any(r["episode_id"] == 1 for r in got[c]) for c in ANOMALY_CLASSES), \
         [c for c in ANOMALY_CLASSES if not got[c]]
+
+
+def test_a_key_the_runs_verl_does_not_have_is_not_suggested(tmp_path):
+    """The config dump shows the actor's section without entropy_coeff: this verl has no such key, so an entropy
+    collapse does not suggest it; a dump that has it at 0 gets 0.001 (verl's entropy bonus, off at 0)."""
+    actor = {"grad_clip": 1.0, "optim": {"lr": 1e-6}}
+    write_run(tmp_path, "without", "completed", None, {"actor_rollout_ref": {"actor": actor}})
+    write_run(tmp_path, "with", "completed", None, {"actor_rollout_ref": {"actor": {**actor, "entropy_coeff": 0}}})
+    for rid in ("without", "with"):
+        write_episode(tmp_path, rid, "entropy_collapse", range(30, 40))
+    got = {rid: {r["setting"]: r["suggested_value"] for r in rows if r["setting"]}
+           for rid, rows in rows_of(tmp_path, ["without", "with"]).items()}
+    assert "actor_rollout_ref.actor.entropy_coeff" not in got["without"]
+    assert got["with"]["actor_rollout_ref.actor.entropy_coeff"] == "0.001"
