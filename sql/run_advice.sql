@@ -83,7 +83,8 @@ subject as (
     from run
     where failure_class <> 'completed'
     union all
-    select run_id, episode_id, null, anomaly_class, first_step, last_step, coalesce(evidence, '')
+    select run_id, episode_id, null, anomaly_class, first_step, last_step,
+           coalesce(nullif(evidence, ''), 'flagged as ' || anomaly_class)
     from episode
 ),
 matched as (
