@@ -445,6 +445,8 @@ def test_fleet_first_change_is_the_change_most_runs_of_the_class_got(tmp_path):
     assert [a.attrs["href"] for a in oom.find_all("a")] == [f"../runs/{r}.html" for r in ("oom-a", "oom-b", "oom-c")]
     hang = doc.find("table", id_="failure-counts").find("tr", data_class="hang").find("td", cls="first-change")
     assert hang.text() == ""
+    text = (tmp_path / "rep" / "fleet" / "latest.txt").read_text(encoding="utf-8")
+    assert f"| {micro} -> lower (in 3 of 3 runs: oom-a, oom-b, oom-c)\n" in text
 
 
 def test_a_training_failure_puts_a_run_among_the_failures_of_the_fleet():
