@@ -98,6 +98,7 @@ TABLES = (
         (),
         "Per run whose training collapsed or diverged and had not recovered by its last step: the outcome and its"
         " onset step.",
+        stand_in="run_id varchar, training_outcome varchar, training_outcome_step bigint",
     ),
     Table(
         "run_events", "derived", "sql", ("log_lines",),

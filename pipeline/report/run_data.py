@@ -91,7 +91,7 @@ class _Batch:
         self.root_causes = {rid: evidence.causal_line(s) for rid, s in self.summaries.items()}
         ids = {"ids": run_ids}
         self.run_advice = {rid: by_episode(rows) for rid, rows in by_run(
-            table_rows(con, "run_advice", "list_contains($ids, run_id)", ids, "run_id, episode_id, rank"),
+            table_rows(con, "run_advice", "list_contains($ids, run_id)", ids, "run_id, rank"),
             drop=False).items()}
         self.episodes = load_episodes(con, run_ids, {rid: eps for rid, (_, eps) in self.run_advice.items()})
         self.lines_by_kind, self.lines_by_file = evidence.line_counts(con, run_ids)
