@@ -85,10 +85,20 @@ def advice_rules() -> tuple[dict, ...]:
     return tuple(out)
 
 
+# config keys run_advice reads for the run's roles, rollout engine and device, beside those the rules name
+ADVICE_FACT_KEYS = ("trainer.device", "actor_rollout_ref.rollout.name", "critic.enable", "algorithm.adv_estimator",
+                    "actor_rollout_ref.actor.use_kl_loss", "algorithm.use_kl_in_reward")
+
+
 def advice_config_keys() -> list[str]:
-    """Every config key an advice rule reads (its setting, older name, requires, unless), sorted."""
+    """Every config key run_advice reads, sorted: each rule's setting, older name, requires and unless, the
+    section a config setting sits in (a dump that shows the section without the key is a verl without it), and
+    the keys of the run's roles, engine and device."""
     fields = ("setting", "older", "requires", "unless")
-    return sorted({rule[f] for rule in advice_rules() for f in fields if rule[f] is not None})
+    keys = {rule[f] for rule in advice_rules() for f in fields if rule[f] is not None}
+    sections = {rule["setting"].rsplit(".", 1)[0] for rule in advice_rules()
+                if rule["kind"] == "config" and "." in (rule["setting"] or "")}
+    return sorted(keys | sections | set(ADVICE_FACT_KEYS))
 
 
 def default_thresholds() -> dict[str, dict[str, float]]:

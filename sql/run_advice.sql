@@ -2,14 +2,18 @@
 -- per anomaly episode of step_anomalies, each configuration or environment change to try, from the run's own
 -- value, or a check (what to look at) where no change follows. A rule applies only where the run has what it
 -- names: its roles (a critic, a reference policy), its rollout engine, its device.
--- Bound parameters: $run_ids VARCHAR[], $rules STRUCT[] (pipeline/knowledge/run_advice.toml).
+-- Bound parameters: $run_ids VARCHAR[], $rules STRUCT[] (pipeline/knowledge/run_advice.toml), $config_keys
+-- VARCHAR[] (every config key it reads) and $config_paths VARCHAR[] (their JSON paths).
 with rule as (
     select unnest($rules, recursive := true)
 ),
 run as (
+    -- each key it reads, from the config dump parsed once per run: a rule each parsing a 30 MB dump (or a
+    -- 2 M-element list in it) ran the connection out of memory
     select run_id, failure_class, failure_phase, coalesce(root_cause_text, '') as cause,
-           coalesce(hang_reason, '') as hang_reason, coalesce(config_json, '{}') as config_json,
-           lower(json_extract_string(config_json, '$.actor_rollout_ref.rollout.name')) as rollout_engine
+           coalesce(hang_reason, '') as hang_reason,
+           map($config_keys, coalesce(json_extract_string(config_json, $config_paths),
+                                      list_transform($config_keys, lambda k: null::varchar))) as config
     from run_summary
     where run_id in (select unnest($run_ids))
 ),
@@ -43,19 +47,20 @@ facts as (
     select
         r.*,
         coalesce(
-            lower(json_extract_string(r.config_json, '$.trainer.device')),
+            lower(r.config['trainer.device']),
             case when s.tpu then 'tpu' when s.npu then 'npu' end,
             'cuda') as device,
         coalesce(
-            case when r.rollout_engine like 'sglang%' then 'sglang' when r.rollout_engine like 'vllm%' then 'vllm' end,
+            case when lower(r.config['actor_rollout_ref.rollout.name']) like 'sglang%' then 'sglang'
+                 when lower(r.config['actor_rollout_ref.rollout.name']) like 'vllm%' then 'vllm' end,
             case when s.sglang_lines > s.vllm_lines then 'sglang' when s.vllm_lines > 0 then 'vllm' end) as engine,
         coalesce(
-            case lower(json_extract_string(r.config_json, '$.critic.enable')) when 'true' then true when 'false' then false end,
-            lower(json_extract_string(r.config_json, '$.algorithm.adv_estimator')) = 'gae',
+            case lower(r.config['critic.enable']) when 'true' then true when 'false' then false end,
+            lower(r.config['algorithm.adv_estimator']) = 'gae',
             l.critic_metrics or t.critic_timed or r.failure_phase in ('update_critic', 'values'),
             false) as has_critic,
-        coalesce(lower(json_extract_string(r.config_json, '$.actor_rollout_ref.actor.use_kl_loss')) = 'true', false)
-            or coalesce(lower(json_extract_string(r.config_json, '$.algorithm.use_kl_in_reward')) = 'true', false)
+        coalesce(lower(r.config['actor_rollout_ref.actor.use_kl_loss']) = 'true', false)
+            or coalesce(lower(r.config['algorithm.use_kl_in_reward']) = 'true', false)
             or coalesce(l.ref_metrics, false) or coalesce(t.ref_timed, false) or r.failure_phase = 'ref' as has_ref
     from run as r
     left join seen as s using (run_id)
@@ -89,13 +94,11 @@ subject as (
 ),
 matched as (
     select
-        s.run_id, s.episode_id, s.first_step, s.last_step, s.evidence, f.cause, f.config_json, r.* replace (
+        s.run_id, s.episode_id, s.first_step, s.last_step, s.evidence, f.cause, f.config, r.* replace (
             -- older verl versions name some knobs differently (a global micro batch, not per GPU)
-            case when json_extract_string(f.config_json, '$.' || r.setting) is null
-                      and json_extract_string(f.config_json, '$.' || r.older) is not null
+            case when f.config[r.setting] is null and f.config[r.older] is not null
                  then r.older else r.setting end as setting),
-        case when r.kind = 'config' then coalesce(json_extract_string(f.config_json, '$.' || r.setting),
-                                                 json_extract_string(f.config_json, '$.' || r.older)) end
+        case when r.kind = 'config' then coalesce(f.config[r.setting], f.config[r.older]) end
             as current_value,
         case when r.fact is not null then coalesce(
             nullif(regexp_extract(f.cause, r.fact, 1), ''), nullif(regexp_extract(f.cause, r.fact, 2), '')) end
@@ -112,8 +115,8 @@ matched as (
                 else list_contains(r.anomalies, s.anomaly_class) end)
       and (r.finding is null or list_contains(coalesce(fi.findings, []), r.finding))
       and (r.no_finding is null or not list_contains(coalesce(fi.findings, []), r.no_finding))
-      and (r.requires is null or lower(json_extract_string(f.config_json, '$.' || r.requires)) = 'true')
-      and (r.unless is null or coalesce(lower(json_extract_string(f.config_json, '$.' || r.unless)), 'false') <> 'true')
+      and (r.requires is null or lower(f.config[r.requires]) = 'true')
+      and (r.unless is null or coalesce(lower(f.config[r.unless]), 'false') <> 'true')
       and (r.role is null or (r.role = 'critic' and f.has_critic) or (r.role = 'ref' and f.has_ref))
       and (r.engine is null or r.engine = f.engine)
       and (r.devices is null or list_contains(r.devices, f.device))
@@ -128,7 +131,7 @@ valued as (
     where (only_if is null or regexp_matches(coalesce(current_value, "default", ''), only_if))
       -- a key whose section the run's config dump shows without it is a key this verl version does not have
       and (kind <> 'config' or current_value is not null
-           or json_extract(config_json, '$.' || regexp_replace(setting, '\.[^.]+$', '')) is null)
+           or config[regexp_replace(setting, '\.[^.]+$', '')] is null)
 ),
 moved as (
     select
