@@ -153,7 +153,9 @@ def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> Fl
         top_anomaly=a.get("top"),
         root_cause_text=str(r.get("root_cause_text") or ""),
         regression=regression(base),
-                   "analysis_error", "training_outcome", "training_outcome_step")
+        analysis_error=str(r.get("analysis_error") or ""),
+        training_outcome=r.get("training_outcome"),
+        training_outcome_step=r.get("training_outcome_step"),
     )
 
 
