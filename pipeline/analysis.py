@@ -51,6 +51,28 @@ class RunSelection:
                 and (self.since is None or day >= self.since) and (self.until is None or day <= self.until))
 
 
+class NoRunsError(ValueError):
+    """The archive holds no run, or the selection keeps none of its runs: nothing to analyse or report."""
+
+
+def no_runs_message(archive: str | Path, found, include: set[str] | None, select: RunSelection | None) -> str:
+    """What was looked for and what was found instead, for an analysis that found no run to analyse."""
+    looked = [f"runs in {archive}"]
+    if include is not None:
+        looked.append(f"run_id {' or '.join(sorted(include))}")
+    if select is not None and select.include is not None:
+        looked.append(f"run_id matching {select.include!r}")
+    if select is not None and select.since is not None:
+        looked.append(f"last active on or after {select.since.isoformat()}")
+    if select is not None and select.until is not None:
+        looked.append(f"last active on or before {select.until.isoformat()}")
+    seen = f"the archive holds {len(found.entries)} run entr{'y' if len(found.entries) == 1 else 'ies'}"
+    if found.skipped:
+        seen += f" and {len(found.skipped)} other file{'s' if len(found.skipped) != 1 else ''} ({', '.join(sorted(found.skipped)[:5])})"
+    problems = f"; archive problems: {'; '.join(found.errors)}" if found.errors else ""
+    return f"no run to analyse: looked for {', '.join(looked)}; {seen}{problems}"
+
+
 @dataclass
 class ArchiveOutcome:
     """What analysing an archive produced."""
@@ -124,7 +146,8 @@ def analyze_archive(
     `day` (default: today when the analysis starts, so a run that crosses midnight finds its report).
     With `include`, only those run_ids are analysed (`analyze --run`, `run_health_job`), with `select`
     only the runs it keeps (`--include GLOB`, `--since`, `--until`): the same asset jobs, checks,
-    "already done" rule and refit rule as for a whole archive. The process's Dagster runs plan a range's
+    "already done" rule and refit rule as for a whole archive. An archive with no run, or a selection that
+    keeps none, raises `NoRunsError` before anything is written: no report, no mail. The process's Dagster runs plan a range's
     materialisations in one event per asset from then on (`dagster_storage.plan_ranges_in_one_event`).
     """
     started = time.perf_counter()
@@ -133,6 +156,8 @@ def analyze_archive(
     found = resources["archive"].discover()
     wanted = [e for e in found.entries if (include is None or e.run_id in include)
               and (select is None or select.keeps(e))]
+    if not wanted:
+        raise NoRunsError(no_runs_message(archive, found, include, select))
     finished = [e for e in wanted if e.finished]
     if force:
         run_ids, unchanged = sorted(e.run_id for e in finished), []
@@ -230,5 +255,5 @@ def analyze_with_object_store(archive: str, warehouse: str, reports: str | Path,
     return outcome, published
 
 
-__all__ = ["analyze_archive", "analyze_with_object_store", "entry_root", "persistent_instance", "resolve_entry",
+__all__ = ["NoRunsError", "analyze_archive", "analyze_with_object_store", "entry_root", "persistent_instance", "resolve_entry",
            "verdict"]

@@ -44,18 +44,27 @@ def _print_outcome(outcome, reports: Path) -> None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Materialise every asset in-process for every run in the archive, or for the one run of `--run`."""
-    from pipeline import objectstore
-    from pipeline.analysis import analyze_archive, analyze_with_object_store
+    from pipeline.analysis import NoRunsError, RunSelection
 
     if args.run:
         return _analyze_one(args)
     if args.archive is None:
         print("error: name the archive to analyse (or one run with --run)", file=sys.stderr)
         return 2
-    from pipeline.analysis import RunSelection
-
     options = {"mail": args.mail, "force": args.force, "refit": args.refit,
                "select": RunSelection(args.include, args.since, args.until)}
+    try:
+        return _analyze_archive(args, options)
+    except NoRunsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _analyze_archive(args: argparse.Namespace, options: dict) -> int:
+    """`analyze ARCHIVE`, local or through the object store; raises NoRunsError when it finds no run."""
+    from pipeline import objectstore
+    from pipeline.analysis import analyze_archive, analyze_with_object_store
+
     if objectstore.is_url(args.archive) or objectstore.is_url(args.warehouse):
         outcome, published = analyze_with_object_store(
             args.archive, args.warehouse, Path(args.reports), quiet_period_s=args.quiet_period, **options)

@@ -160,3 +160,28 @@ def test_analyze_without_a_dagster_record(tmp_path, monkeypatch, capsys):
     assert f"{run_id}: {lab['failure_class']} at step {lab['last_step']}" in capsys.readouterr().out
     assert sorted(p.stem for p in (tmp_path / "rep" / "runs").glob("*.html")) == sorted(labels["runs"])
     assert not (tmp_path / "dagster").exists()
+
+
+def test_no_run_to_analyse_is_an_error_that_writes_and_mails_nothing(tmp_path, monkeypatch, capsys, smtp_server):
+    """An empty archive, or an --include/--since that keeps none of its runs, exits non-zero saying what was
+    looked for, and leaves no fleet page and no mail: a nightly job whose archive mount went missing must not
+    report good news."""
+    port, inbox = smtp_server
+    for name, value in {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port), "SMTP_SECURITY": "none",
+                        "MAIL_FROM": "nightly@test.local", "MAIL_TO": "rl-team@test.local"}.items():
+        monkeypatch.setenv(f"VERL_HEALTH_{name}", value)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    assert main(["analyze", "empty", "--warehouse", "wh", "--reports", "rep", "--mail"]) == 1
+    err = capsys.readouterr().err
+    assert "no run to analyse" in err and "runs in empty" in err and "0 run entries" in err
+    labels = simulate_fleet(Path("sim"), runs=2, seed=8)
+    assert main(["analyze", "sim/archive", "--warehouse", "wh", "--reports", "rep", "--mail",
+                 "--include", "grpo-nothing-*"]) == 1
+    err = capsys.readouterr().err
+    assert "run_id matching 'grpo-nothing-*'" in err and f"{len(labels['runs'])} run entries" in err
+    assert main(["analyze", "sim/archive", "--warehouse", "wh", "--reports", "rep", "--since", "2999-01-01"]) == 1
+    assert "last active on or after 2999-01-01" in capsys.readouterr().err
+    assert not (tmp_path / "rep").exists()
+    assert not (tmp_path / "wh").exists()
+    assert inbox.mails == []

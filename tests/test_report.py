@@ -288,7 +288,9 @@ def test_missing_tables_degrade_gracefully(tmp_path):
     fleet = page(render_fleet_report(wh, tmp_path / "reports", DAY))
     assert [r.attrs["data-run-id"] for r in fleet.find_all("tr", cls="run")][:1] == ["bare-run"]
     empty = page(render_fleet_report(tmp_path / "nothing", tmp_path / "r2", DAY))
-    assert empty.find("p", cls="headline").text() == "All runs healthy"
+    # an empty warehouse is no good news (an archive mount gone missing): said so, not green
+    assert empty.find("p", cls="headline").text() == "No runs in the warehouse: nothing has been analysed"
+    assert "ok" not in empty.find("section", id_="verdict").attrs["class"]
 
 
 def test_unknown_or_bad_run_id_is_refused(built, tmp_path):
