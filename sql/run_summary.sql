@@ -787,9 +787,11 @@ time_use as (
     -- completed or is still going, else up to its last checkpoint) over the time the job ran, a hang included
     select
         s.run_id,
-        greatest(coalesce(ru.running_s, 0), coalesce(a.attempted_s, 0),
-                 coalesce(st.counted_s, 0) + case when v.failure_class = 'hang' then coalesce(h.hang_duration_s, 0)
-                                                  else 0 end) as wall_time_s,
+        -- null, not 0 s, where no clock or timer of the log measures any time: unknown stays unknown
+        nullif(greatest(coalesce(ru.running_s, 0), coalesce(a.attempted_s, 0),
+                        coalesce(st.counted_s, 0) + case when v.failure_class = 'hang'
+                                                         then coalesce(h.hang_duration_s, 0) else 0 end), 0)
+            as wall_time_s,
         case when v.failure_class in ('completed', 'no_outcome') then st.counted_s else coalesce(k.kept_s, 0) end
             as kept_s,
         c.step as last_checkpoint_step,

@@ -83,3 +83,37 @@ def test_run_report_folds_step_lines_and_lists_events_not_frames(analyzed_real_l
     assert "step:11 - " in last and last.endswith("metrics)") and len(last) < 220
     events = page("08_").find("table", id_="events").text()
     assert "KeyboardInterrupt" in events and "traceback_frame" not in events
+
+
+def test_wall_time_reads_every_clock_the_log_prints_and_unknown_stays_unknown(analyzed_real_logs, real_logs_dir):
+    """Logs 02, 10, 11, 18 and 21 print one dated stamp (Ray's start) and then only year-less vLLM or glog
+    clocks: their wall time spans at least from that stamp to the last clock, as read here from the text.
+    A run whose log measures no time says 'unknown', never 0 s."""
+    import re
+    from datetime import datetime
+
+    from report_fixtures import parse_html
+
+    clock = re.compile(r"^(?:\x1b\[[0-9;]*m)?(?:\([^)]*\)(?:\x1b\[[0-9;]*m)? ?)?(?:"
+                       r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d) |(?:INFO|WARNING|ERROR) (?P<mo2>\d\d)-(?P<d2>\d\d) |"
+                       r"[IWEF](?P<mo3>\d\d)(?P<d3>\d\d) )(?P<t>\d\d:\d\d:\d\d)")
+    con = connect(analyzed_real_logs.warehouse)
+    wall = dict(con.execute("select regexp_extract(run_id, '^(\\d+)_', 1), wall_time_s from run_summary").fetchall())
+    for prefix in ("02", "10", "11", "18", "21"):
+        stamps, year = [], None
+        for line in next(real_logs_dir.glob(f"{prefix}_*.log")).read_text(errors="replace").splitlines():
+            if found := clock.match(line):
+                year = found["y"] or year
+                month, day = (found["mo"] or found["mo2"] or found["mo3"]), (found["d"] or found["d2"] or found["d3"])
+                stamps.append(datetime.fromisoformat(f"{year}-{month}-{day} {found['t']}"))
+        span = (max(stamps) - min(stamps)).total_seconds()
+        assert span > 30 and span - 1 <= wall[prefix] < span + 3600, (prefix, span, wall[prefix])
+    assert wall["11"] > 30 * 60  # the TPU run's compilation and its OOM came 31 min after its start
+    unknown = [p for p, w in wall.items() if w is None]
+    assert unknown
+    for prefix in unknown:
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        card = next(c for c in doc.find_all("div", cls="card") if c.find("div", cls="label").text() == "Wall time")
+        assert card.find("div", cls="value").text() == "unknown"
+        assert " after 0 s" not in doc.find("section", id_="verdict").text()

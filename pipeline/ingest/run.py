@@ -48,6 +48,7 @@ from .lines import (
     Classified,
     Lines,
     classify,
+    dated_clocks,
     decode_block,
     iter_raw_blocks,
     line_times,
@@ -113,6 +114,7 @@ class RunTotals:
     max_segment: int = 0
     first_ts: datetime | None = None
     last_ts: datetime | None = None
+    dated_ts: datetime | None = None  # the last dated stamp read: the year of the year-less clocks after it
     config: dict | None = None
     total_steps: int | None = None
 
@@ -311,8 +313,11 @@ class _RunIngest:
         t.max_segment = max(t.max_segment, state.segment)
         for i, msg in rows.problems:
             self.line_problems.add(name, first + i, msg)
+        ts = dated_clocks(cls.ts, cls.clock, t.dated_ts)
         if n and cls.ts.null_count < n:
-            lo, hi = pc.min_max(cls.ts).values()
+            t.dated_ts = cls.ts.filter(pc.is_valid(cls.ts))[-1].as_py()
+        if n and ts.null_count < n:
+            lo, hi = pc.min_max(ts).values()
             t.first_ts = lo.as_py() if t.first_ts is None else min(t.first_ts, lo.as_py())
             t.last_ts = hi.as_py() if t.last_ts is None else max(t.last_ts, hi.as_py())
         file_col = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([name]))
@@ -327,7 +332,7 @@ class _RunIngest:
                 "segment": pa.array(seg),
                 "step": pa.array(ctx),
                 "phase_hint": cls.phase_hint,
-                "ts": cls.ts,
+                "ts": ts,
             }
         )
         self.log_parts.append(batch)
