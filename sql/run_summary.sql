@@ -828,6 +828,18 @@ select
          case when hd.run_id is not null then 'debugger' else sp.stop_reason end end as stop_reason,
     case when v.failure_class not in ('completed', 'hang', 'no_outcome', 'interrupted')
          then rt.root_cause_event end as root_cause_event,
+    -- what the root-cause line says beyond its class (pipeline/vocabulary.py FAILURE_DETAILS): the device whose
+    -- memory ran out, a rendezvous that failed rather than a collective the NCCL watchdog timed out
+    case
+        when v.failure_class = 'cuda_oom' then case
+            when regexp_matches(rt.root_cause_text, 'TPU|memory space hbm') then 'tpu_hbm_oom'
+            when regexp_matches(rt.root_cause_text, 'NPU|npu|Ascend') then 'npu_oom'
+            when regexp_matches(rt.root_cause_text, 'CUDA|cuda|GPU') or rt.root_cause_event = 'cuda_oom'
+                then 'cuda_oom'
+            else 'device_oom' end
+        when v.failure_class = 'nccl_timeout' then
+            case when rt.root_cause_event = 'distributed_init_error' then 'rendezvous' else 'nccl_watchdog' end
+    end as failure_detail,
     case
         when v.failure_class = 'completed' then null
         -- before the first training step began, a run was starting up (or validating, if a traceback says so)

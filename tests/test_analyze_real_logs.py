@@ -117,3 +117,48 @@ def test_wall_time_reads_every_clock_the_log_prints_and_unknown_stays_unknown(an
         card = next(c for c in doc.find_all("div", cls="card") if c.find("div", cls="label").text() == "Wall time")
         assert card.find("div", cls="value").text() == "unknown"
         assert " after 0 s" not in doc.find("section", id_="verdict").text()
+
+
+def test_words_match_the_evidence(analyzed_real_logs, real_logs_dir):
+    """Log 11 ran out of a TPU's HBM (XLA says so): not 'CUDA' in words, though its class stays cuda_oom.
+    Logs 24 and 25 failed in torch.distributed's rendezvous (c10d TCPStore, a socket timeout), not in an NCCL
+    collective. Log 27 is an excerpt with no step line: its step is unknown, not 'Completed 0 steps'. No page
+    names an internal article or file; a run whose own evidence names its cause gets no generic cause list."""
+    from report_fixtures import parse_html
+
+    def text_of(prefix: str) -> str:
+        return next(real_logs_dir.glob(f"{prefix}_*.log")).read_text(errors="replace")
+
+    def page(prefix: str):
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        return parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+
+    from pipeline.vocabulary import FAILURE_DETAILS
+
+    details = connect(analyzed_real_logs.warehouse).execute(
+        "select distinct failure_detail from run_summary where failure_detail is not null").fetchall()
+    assert {d for (d,) in details} <= set(FAILURE_DETAILS)
+    assert "XLA:TPU" in text_of("11") and "memory space hbm" in text_of("11")
+    verdict = page("11").find("section", id_="verdict")
+    assert verdict.attrs["data-failure-class"] == "cuda_oom"
+    assert verdict.find("p", cls="headline").text() == "TPU HBM out of memory"
+    assert "CUDA" not in verdict.text()
+    fleet = parse_html((analyzed_real_logs.reports / "fleet" / "latest.html").read_text(encoding="utf-8"))
+    row = next(r for r in fleet.find_all("tr", cls="run") if r.attrs["data-run-id"].startswith("11_"))
+    assert "TPU HBM out of memory" in row.text() and "CUDA" not in row.text()
+    for prefix in ("24", "25"):
+        assert "c10d" in text_of(prefix) or "TCPStore" in text_of(prefix)
+        verdict = page(prefix).find("section", id_="verdict")
+        assert verdict.find("p", cls="headline").text() == "Distributed rendezvous failed"
+        assert "NCCL" not in verdict.text() and "watchdog" not in verdict.text()
+    import re
+
+    assert not re.search(r"(?:^|\s)step:\d+ - ", text_of("27"))  # its final step line lost its head
+    sentence = page("27").find("section", id_="verdict").find("p", cls="sentence").text()
+    assert "the last step is unknown" in sentence and "0 steps" not in sentence
+    for run_id in analyzed_real_logs.outcome.run_ids:
+        html = (analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8")
+        assert "DESIGN.md" not in html and "verl log analysis guide" not in html, run_id
+    oom = page("18")
+    assert oom.find("table", id_="run-advice") is not None
+    assert "Likely causes" not in oom.find("div", id_="failure-advice").text()

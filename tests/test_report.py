@@ -431,19 +431,20 @@ def test_verl_signals_and_validation_against_earlier_runs_of_the_group(tmp_path)
     assert [td.text().split(" (")[0] for td in val[2:6]] == ["0.2", "0.4", "0.5", "0.4"]
 
 
-def test_knowledge_sources_read_as_titles_and_links():
-    """The knowledge base cites seed articles by number and verl's docs by topic; a reader gets titles and links."""
+def test_knowledge_sources_are_public_pages_a_reader_can_follow():
+    """verl's docs are cited by topic and linked; the internal articles (cited by number) and design notes a
+    reader cannot open are never named."""
     from pipeline.report.advice import sources
 
-    got = sources(["000 §3.1, §4", "verl docs: checkpointing (trainer.resume_mode)", "PyTorch CUDA memory notes"])
+    got = sources(["000 §3.1, §4", "verl docs: checkpointing (trainer.resume_mode)", "PyTorch CUDA memory notes",
+                   "DESIGN.md vocabulary"])
     assert [(s.text, s.href) for s in got] == [
-        ("verl log analysis guide §3.1, §4", None),
         ("verl documentation: checkpointing (trainer.resume_mode)",
          "https://verl.readthedocs.io/en/latest/search.html?q=checkpointing+(trainer.resume_mode)"),
         ("PyTorch CUDA memory notes", None),
     ]
     assert [s.text for s in sources("seed 003 (ref offload); verl docs: data config")] == [
-        "verl logging and monitoring setup (ref offload)", "verl documentation: data config"]
+        "verl documentation: data config"]
 
 
 def test_verl_signals_fall_back_to_the_model_setup(tmp_path):

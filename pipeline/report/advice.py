@@ -10,16 +10,10 @@ from pathlib import Path
 from typing import Any
 
 FIXES_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "fixes.json"
-# the knowledge base cites the seed articles by number; a reader needs their titles
-SEED_TITLES = {
-    "000": "verl log analysis guide",
-    "001": "verl distributed debugging tips",
-    "002": "verl log analysis tips (timer bottlenecks)",
-    "003": "verl logging and monitoring setup",
-    "004": "verl training monitoring guide (key metrics)",
-}
 VERL_DOCS = "https://verl.readthedocs.io/en/latest/search.html?q="
-SEED_RE = re.compile(r"^(?:seed(?: articles?)? )?(\d{3})\b\s*(.*)$")
+# the knowledge base also cites the team's internal articles by number and its own design notes: a reader can
+# open neither, so the reports never name them
+INTERNAL_RE = re.compile(r"^(?:seed(?: articles?)? )?\d{3}\b|\.md\b")
 
 
 @functools.cache
@@ -48,16 +42,14 @@ class Source:
 
 
 def sources(cited: list[str] | str | None) -> list[Source]:
-    """The knowledge base's citations ("000 §3.1", "verl docs: rollout memory") as titled sources."""
+    """The knowledge base's public citations as sources a reader can follow ("verl docs: rollout memory" links
+    verl's documentation); internal articles and files ("000 §3.1", "DESIGN.md vocabulary") are left out."""
     parts = cited if isinstance(cited, list | tuple) else re.split(r";\s*", cited or "")
     out = []
     for part in (p.strip() for p in parts):
-        if not part:
+        if not part or INTERNAL_RE.search(part):
             continue
-        seed = SEED_RE.match(part)
-        if seed and seed.group(1) in SEED_TITLES:
-            out.append(Source(f"{SEED_TITLES[seed.group(1)]} {seed.group(2)}".strip()))
-        elif part.startswith("verl docs:"):
+        if part.startswith("verl docs:"):
             topic = part.removeprefix("verl docs:").strip()
             out.append(Source(f"verl documentation: {topic}", VERL_DOCS + re.sub(r"\s+", "+", topic)))
         else:

@@ -14,9 +14,9 @@ from pipeline import lake, vocabulary
 from pipeline.report.warehouse import clean, rows, table_rows
 
 FAILED_CLASSES = vocabulary.FAILED_CLASSES
-SUMMARY_COLUMNS = ("run_id", "failure_class", "last_step", "expected_steps", "goodput", "median_step_s",
-                   "bottleneck_phase", "experiment_name", "root_cause_text", "last_ts", "mtime", "ingested_at",
-                   "analysis_error")
+SUMMARY_COLUMNS = ("run_id", "failure_class", "failure_detail", "last_step", "expected_steps", "goodput",
+                   "median_step_s", "bottleneck_phase", "experiment_name", "root_cause_text", "last_ts", "mtime",
+                   "ingested_at", "analysis_error")
 # the fleet tables the fleet report reads, each one file: viewed by name
 FLEET_READS = ("run_baselines", "fleet_weekly", "fleet_config_groups")
 # the per-run tables it reads, a file per run: read straight from their files, as binding a view over them
@@ -48,6 +48,7 @@ class FleetRun:
     root_cause_text: str
     regression: str = ""
     analysis_error: str = ""  # a step of the analysis failed on this run alone (pipeline/isolation.py)
+    failure_detail: str | None = None  # what the evidence says beyond the class (run_summary)
 
     @property
     def attention(self) -> int:
@@ -131,6 +132,7 @@ def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> Fl
         root_cause_text=str(r.get("root_cause_text") or ""),
         regression=regression(base),
         analysis_error=str(r.get("analysis_error") or ""),
+        failure_detail=r.get("failure_detail"),
     )
 
 
