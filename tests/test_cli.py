@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from operate_support import set_age, write_run
+from report_fixtures import parse_html
 
 from pipeline.cli import main
 from pipeline.simulate import simulate_fleet
@@ -29,6 +30,10 @@ def test_demo_simulates_analyses_and_writes_both_reports(tmp_path):
         assert (tmp_path / "reports" / "runs" / f"{run_id}.html").is_file()
     assert (tmp_path / "reports" / "fleet" / "latest.html").is_file()
     assert "analysed 2 runs" in proc.stdout and "fleet report:" in proc.stdout
+    # how the runs ended, per outcome, adding up to the runs analysed
+    outcomes = next(ln for ln in proc.stdout.splitlines() if ln.startswith("outcomes:"))
+    assert sum(int(part.split()[0]) for part in outcomes.removeprefix("outcomes:").split(", ")) == 2
+    assert "writing the fleet report ..." in proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr
 
 
@@ -56,10 +61,15 @@ def test_analyze_one_finished_run(tmp_path, monkeypatch, capsys):
     run_id, lab = sorted(labels["runs"].items())[0]
     code = main(["analyze", "--run", str(tmp_path / "sim" / "archive" / lab["entry"]),
                  "--warehouse", "wh", "--reports", "rep"])
-    out = capsys.readouterr().out
+    printed = capsys.readouterr()
     assert code == 0
-    assert out.startswith(f"{run_id}: {lab['failure_class']} at step {lab['last_step']}")
-    assert (tmp_path / "rep" / "runs" / f"{run_id}.html").is_file()
+    # the run's report banner in plain words, then where the report is; what it was doing went to stderr
+    report = Path("rep") / "runs" / f"{run_id}.html"
+    banner = parse_html((tmp_path / report).read_text(encoding="utf-8")).find("section", id_="verdict")
+    first = printed.out.splitlines()[0]
+    assert first == f"{run_id}: {banner.find('p', cls='sentence').text().rstrip('.')} -> {report}"
+    assert f" {lab['last_step']} " in first and lab["failure_class"] not in first
+    assert "reading and diagnosing 1 run ..." in printed.err
     assert not (tmp_path / "rep" / "runs" / f"{sorted(labels['runs'])[1]}.html").exists()
 
     assert main(["analyze", "sim/archive", "--run", "no-such-run"]) == 2
@@ -136,7 +146,8 @@ def test_a_run_without_a_step_analyses_into_a_fresh_warehouse(tmp_path, monkeypa
     set_age(log, 3600)
     assert main(["analyze", "--run", str(log), "--warehouse", "wh", "--reports", "rep"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "died-early: cuda_oom at step 0"  # the log's one error, no step line
+    # the log's one error, no step line, one clock: no time to say
+    assert out.splitlines()[0] == "died-early: CUDA OOM in startup at step 0 -> rep/runs/died-early.html"
     assert "anomaly model: no model fitted: the warehouse has no training step" in out
     assert (tmp_path / "rep" / "runs" / "died-early.html").is_file()
     assert not (tmp_path / "wh" / "models").exists()
@@ -157,7 +168,7 @@ def test_analyze_without_a_dagster_record(tmp_path, monkeypatch, capsys):
     run_id, lab = sorted(labels["runs"].items())[0]
     assert main(["analyze", "--run", str(tmp_path / "sim" / "archive" / lab["entry"]), "--force", "--no-record",
                  "--warehouse", "wh", "--reports", "rep"]) == 0
-    assert f"{run_id}: {lab['failure_class']} at step {lab['last_step']}" in capsys.readouterr().out
+    assert f"{run_id}: " in capsys.readouterr().out
     assert sorted(p.stem for p in (tmp_path / "rep" / "runs").glob("*.html")) == sorted(labels["runs"])
     assert not (tmp_path / "dagster").exists()
 
