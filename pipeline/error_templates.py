@@ -73,6 +73,27 @@ def new_signatures(warehouse: str | Path, day: date, days: int = NEW_DAYS) -> li
         con.close()
 
 
+def caught_errors_of_run(warehouse: str | Path, run_id: str, limit: int = 5) -> list[dict[str, Any]]:
+    """A run's error lines by template (error_templates), most lines first: for a run no error ended, the
+    errors it logged and went on from."""
+    if lake.table_source(warehouse, NAME) is None:
+        return []
+    con = duckdb.connect()
+    try:
+        cur = con.execute(
+            f"select template, r.n_lines, r.first_file, r.first_line_no"
+            f" from {lake.table_source(warehouse, NAME)}, unnest(lines_by_run) as u(r)"
+            " where kind = 'error' and r.run_id = $run order by r.n_lines desc, r.first_line_no limit $limit",
+            {"run": run_id, "limit": limit},
+        )
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+    except duckdb.BinderException:  # a warehouse derived before error_templates had lines_by_run
+        return []
+    finally:
+        con.close()
+
+
 def unknown_templates_of_run(warehouse: str | Path, run_id: str) -> list[dict[str, Any]]:
     """The templates no rule names among a run's error and warning lines (its root cause's first), for
     the run report: a run whose only error is such a line points at the template and the fleet's count."""

@@ -150,13 +150,31 @@ run_bottleneck as (
     )
     group by all
 ),
+new_run as (
+    -- a segment that starts another run rather than resuming this one: the segment before it printed verl's
+    -- final validation (that run completed) and this one starts from its first step, not from a checkpoint.
+    -- The latest such segment begins the run the summary is about; the earlier runs are no part of its time
+    select s.run_id, max(s.segment) as segment, count(*) as earlier_runs,
+           arg_max(s.first_line_no, s.segment) as first_line_no
+    from (
+        select run_id, segment, min(line_no) as first_line_no,
+               min(try_cast(regexp_extract(text, 'step:(\d+) - ', 1) as bigint)) as first_step
+        from step_lines
+        group by all
+    ) as s
+    where s.segment > 0 and s.first_step <= 1 and exists (
+        select 1 from marked as m
+        where m.run_id = s.run_id and m.segment = s.segment - 1 and m.text like '%Final validation metrics%')
+    group by all
+),
 attempts as (
-    -- resumed runs: time of every step attempt, including the ones a resume repeated
+    -- resumed runs: time of every step attempt, including the ones a resume repeated (of this run alone)
     select l.run_id, sum(try_cast(regexp_extract(l.text,
             'timing_s/step"?:\s*(?:np\.float\d+\()?([0-9.eE+-]+)', 1) as double)) as attempted_s
     from step_lines as l
     join run as r using (run_id)
-    where r.n_segments > 1
+    left join new_run as nr using (run_id)
+    where r.n_segments > 1 and l.segment >= coalesce(nr.segment, 0)
     group by all
 ),
 started as (
@@ -714,17 +732,19 @@ hang as (
            or h.stalled_s >= h.limit_s)
 ),
 last_line as (
-    -- the latest line found without its text, then its text read for that line alone
-    -- (two plain maxima: a list key per line costs seconds on a big log)
-    select k.run_id, k.file, k.line_no, l.text
+    -- the run's last line: the end of the file whose clock reads latest (the lines after its last stamp were
+    -- written later still, a caught error's stamp is no end), else of the longest file; found per file without
+    -- its text (plain maxima: a list key per line costs seconds on a big log), then its text read for it alone
+    -- (its blank lines, a bare Ray prefix too, skipped among the file's last hundred lines: only those are read)
+    select k.run_id, k.file, arg_max(l.line_no, l.line_no) as line_no, arg_max(l.text, l.line_no) as text
     from (
-        select l.run_id, arg_max(l.file, l.line_no) as file, max(l.line_no) as line_no
-        from lines as l
-        join (select run_id, max(coalesce(epoch(ts), 0)) as t from lines group by all) as m
-            on m.run_id = l.run_id and m.t = coalesce(epoch(l.ts), 0)
+        select run_id, arg_max(file, [t, n]) as file, arg_max(n, [t, n]) as line_no
+        from (select run_id, file, max(coalesce(epoch(ts), 0)) as t, max(line_no) as n from lines group by all)
         group by all
     ) as k
-    join lines as l using (run_id, file, line_no)
+    join lines as l on l.run_id = k.run_id and l.file = k.file and l.line_no between k.line_no - 100 and k.line_no
+    where trim(regexp_replace(l.text, '^\s*\([^)]*\)', '')) <> ''
+    group by all
 ),
 verdict as (
     -- the first cause in time wins: an error before a stop ended the run, a stall or NaN losses before a stop too
@@ -777,9 +797,14 @@ kept as (
     group by all
 ),
 running as (
-    -- time the job was running: each resume segment's own span, not the days between attempts
+    -- time the job was running: each resume segment's own span, not the days between attempts, nor an
+    -- earlier run's in the same log
     select run_id, sum(span_s) as running_s
-    from (select run_id, segment, epoch(max(ts) - min(ts)) as span_s from lines where ts is not null group by all)
+    from (select l.run_id, l.segment, epoch(max(l.ts) - min(l.ts)) as span_s
+          from lines as l
+          left join new_run as nr using (run_id)
+          where l.ts is not null and l.segment >= coalesce(nr.segment, 0)
+          group by all)
     group by all
 ),
 time_use as (
@@ -872,7 +897,11 @@ select
     case when tu.wall_time_s > 0 then least(tu.kept_s / tu.wall_time_s, 1) end as goodput,
     tu.last_checkpoint_step,
     tu.steps_lost,
-    greatest(coalesce(r.n_segments, 1) - 1, 0) as resume_count,
+    greatest(coalesce(r.n_segments, 1) - 1 - coalesce(nr.segment, 0), 0) as resume_count,
+    -- runs that completed earlier in the same log (a new launch after a final validation), and the line in the
+    -- driver log where the run this summary is about printed its first step
+    coalesce(nr.earlier_runs, 0) as earlier_runs,
+    nr.first_line_no as run_first_line_no,
     r.n_metric_values::double / nullif(r.n_metric_values + r.n_parse_failures, 0) as parse_completeness,
     -- a step of this analysis that failed on this run alone (pipeline/isolation.py)
     nullif(array_to_string(list_filter(r.problems, lambda p: starts_with(p, $not_analysed)), '; '), '')
@@ -893,4 +922,5 @@ left join last_line as ll using (run_id)
 left join run_bottleneck as b using (run_id)
 left join step_totals as st using (run_id)
 left join time_use as tu using (run_id)
+left join new_run as nr using (run_id)
 order by r.run_id

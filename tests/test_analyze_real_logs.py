@@ -162,3 +162,75 @@ def test_words_match_the_evidence(analyzed_real_logs, real_logs_dir):
     oom = page("18")
     assert oom.find("table", id_="run-advice") is not None
     assert "Likely causes" not in oom.find("div", id_="failure-advice").text()
+
+
+def test_a_run_that_just_ends_shows_its_true_last_line(analyzed_real_logs, real_logs_dir):
+    """Logs 34 and 06 go on after their last stamped lines (caught errors a rollout worker logged and
+    survived): the line shown as where the log ends is the file's last line with text, as read here."""
+    import re
+
+    from report_fixtures import parse_html
+
+    for prefix in ("34", "06"):
+        log = next(real_logs_dir.glob(f"{prefix}_*.log"))
+        bare = [re.sub(r"^\s*\([^)]*\)", "", re.sub(r"\x1b\[[0-9;]*m", "", line)).strip()
+                for line in log.read_bytes().decode(errors="replace").split("\n")]
+        last = max(i for i, text in enumerate(bare, start=1) if text)
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        assert doc.find("span", id_="last-line-location").text() == f"{log.name}:{last}"
+        shown = [s.attrs["data-line"] for s in doc.find("pre", id_="last-line-context").find_all("span", cls="cause")]
+        assert shown == [str(last)]
+
+
+def test_a_log_holding_two_runs_says_so_and_times_only_the_last(analyzed_real_logs, real_logs_dir):
+    """Logs 07 and 08 each hold a run that completed (verl's final validation) and then a second launch that
+    was stopped: the report says the log holds two runs and the first run's hours are not the second's time
+    (08 spans about 18 h of clock, its second run one of them)."""
+    import re
+    from datetime import datetime
+
+    from report_fixtures import parse_html
+
+    con = connect(analyzed_real_logs.warehouse)
+    for prefix in ("07", "08"):
+        text = next(real_logs_dir.glob(f"{prefix}_*.log")).read_text(errors="replace")
+        launches = [m.start() for m in re.finditer(r"^\+ python3? -m verl\.trainer\.main_ppo", text, re.M)]
+        assert len(launches) == 2 and "Final validation metrics" in text[launches[0]:launches[1]]
+        stamps = [datetime.fromisoformat(s) for s in re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text)]
+        second = text[launches[1]:]
+        later = [datetime.fromisoformat(s) for s in re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", second)]
+        earlier_runs, resumes, wall = con.execute(
+            "select earlier_runs, resume_count, wall_time_s from run_summary where run_id like $p",
+            {"p": f"{prefix}_%"}).fetchone()
+        assert (earlier_runs, resumes) == (1, 0)
+        whole = (max(stamps) - min(stamps)).total_seconds()
+        assert wall < whole / (2 if prefix == "08" else 1), (prefix, wall, whole)
+        if len(later) > 1:
+            assert wall >= (max(later) - min(later)).total_seconds() - 1
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        assert doc.find("p", id_="earlier-runs").text().startswith("This log holds 2 runs")
+    assert con.execute("select count(*) from run_summary where earlier_runs > 0").fetchone()[0] == 2
+
+
+def test_caught_errors_are_grouped_as_non_fatal(analyzed_real_logs, real_logs_dir):
+    """Logs 34 and 06 end with no error: their rollout workers logged 'Error extracting action for item ...'
+    again and again and went on. The report groups them as 'N caught <template> (non-fatal)', N as counted
+    here in the text; a run an error ended (18's OOM) has no such list."""
+    import re
+
+    from report_fixtures import parse_html
+
+    def page(prefix: str):
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        return parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+
+    for prefix in ("34", "06"):
+        text = next(real_logs_dir.glob(f"{prefix}_*.log")).read_bytes().decode(errors="replace")
+        n = len(re.findall(r"^.*ERROR:.*Error extracting action for item", text, re.M))
+        items = [li.text() for li in page(prefix).find("div", id_="caught-errors").find_all("li")]
+        grouped = [i for i in items if "Error extracting action for item <*>" in i]
+        assert len(grouped) == 1 and grouped[0].startswith(f"{n} caught ") and "(non-fatal)" in grouped[0], items
+    assert "caught-errors" not in (analyzed_real_logs.reports / "runs").joinpath(
+        next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith("18_")) + ".html").read_text()
