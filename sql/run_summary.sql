@@ -446,14 +446,37 @@ driver_phase as (
     where traceback_phase is not null and coalesce(component, 'TaskRunner') in ('TaskRunner', 'main_task')
     group by all
 ),
+nan_steps as (
+    -- each step and whether a loss or gradient of it went NaN/inf
+    select run_id, step, coalesce(list_has_any(nan_keys, ['actor/pg_loss', 'actor/grad_norm', 'actor/kl_loss',
+                                                          'critic/vf_loss', 'critic/grad_norm', 'actor/ppo_kl',
+                                                          'actor/entropy']), false) as diverged
+    from step_health
+    where run_id in (select unnest($run_ids))
+),
 last_nan as (
     -- the last logged step went NaN/inf in a loss or gradient: the run diverged
     select h.run_id, h.step
-    from step_health as h
+    from nan_steps as h
     join run_state as s on s.run_id = h.run_id and s.last_step = h.step
-    where h.run_id in (select unnest($run_ids))
-      and list_has_any(h.nan_keys, ['actor/pg_loss', 'actor/grad_norm', 'actor/kl_loss', 'critic/vf_loss',
-                                    'critic/grad_norm', 'actor/ppo_kl', 'actor/entropy'])
+    where h.diverged
+),
+divergence_onset as (
+    -- where a divergence began: the first step of the stretch of non-finite steps that runs to the last one
+    -- (the crash that ends such a run comes later), and that step's line with a non-finite loss or gradient
+    select o.run_id, o.step, arg_min(m.file, m.line_no) as file, min(m.line_no) as line_no,
+           list(distinct m.key order by m.key) as keys
+    from (
+        select h.run_id, min(h.step) as step
+        from nan_steps as h
+        join last_nan as n using (run_id)
+        where h.diverged and h.step > coalesce((select max(c.step) from nan_steps as c
+                                                where c.run_id = h.run_id and not c.diverged), -1)
+        group by all
+    ) as o
+    join step_metrics as m on m.run_id = o.run_id and m.step = o.step and not isfinite(m.value)
+    where m.run_id in (select unnest($run_ids))
+    group by all
 ),
 nan_line as (
     -- the driver log's step line of the step that went NaN: the cause when no error line names it
@@ -902,6 +925,12 @@ select
     -- driver log where the run this summary is about printed its first step
     coalesce(nr.earlier_runs, 0) as earlier_runs,
     nr.first_line_no as run_first_line_no,
+    -- a divergence's first cause in time: the first step line of the non-finite stretch that ended the run
+    case when v.failure_class = 'nan_divergence' then od.step end as onset_step,
+    case when v.failure_class = 'nan_divergence' then od.file end as onset_file,
+    case when v.failure_class = 'nan_divergence' then od.line_no end as onset_line_no,
+    case when v.failure_class = 'nan_divergence' then ol.text end as onset_text,
+    case when v.failure_class = 'nan_divergence' then od.keys end as onset_keys,
     r.n_metric_values::double / nullif(r.n_metric_values + r.n_parse_failures, 0) as parse_completeness,
     -- a step of this analysis that failed on this run alone (pipeline/isolation.py)
     nullif(array_to_string(list_filter(r.problems, lambda p: starts_with(p, $not_analysed)), '; '), '')
@@ -923,4 +952,6 @@ left join run_bottleneck as b using (run_id)
 left join step_totals as st using (run_id)
 left join time_use as tu using (run_id)
 left join new_run as nr using (run_id)
+left join divergence_onset as od using (run_id)
+left join lines as ol on ol.run_id = od.run_id and ol.file = od.file and ol.line_no = od.line_no
 order by r.run_id

@@ -420,3 +420,31 @@ def test_a_partition_swapped_under_the_query_is_read_again(tmp_path, monkeypatch
     with pytest.raises(duckdb.ParserException):
         derive.derive_run_table(tmp_path, "step_phases", [b.run_id])
     assert calls == ["step_phases"]
+
+
+def test_a_divergence_story_starts_at_its_first_non_finite_step(tmp_path):
+    """grad_norm went inf at step 5 and recovered at 6; from step 7 loss and gradient stayed NaN until the
+    sampler crashed after step 8. The run's first cause in time is step 7's line, shown before the crash."""
+    from pipeline.report.render import render_run_report
+    from tests.report_fixtures import parse_html
+
+    b = RunBuilder("nan-a", total_training_steps=10)
+    for s in range(1, 5):
+        b.step(s, timings())
+    b.step(5, timings(**{"actor/grad_norm": math.inf}))
+    b.step(6, timings())
+    b.step(7, timings(**{"actor/grad_norm": math.nan, "actor/pg_loss": math.nan}))
+    onset = len(b.lines)  # step 7's line
+    b.step(8, timings(**{"actor/grad_norm": math.nan, "actor/pg_loss": math.nan}))
+    b.line("(WorkerDict pid=7) Traceback (most recent call last):", "error")
+    crash = b.line("(WorkerDict pid=7) RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+                   "error")
+    b.write(tmp_path / "wh")
+    derive.derive_run_tables(tmp_path / "wh", ["nan-a"])
+    row = summary(tmp_path / "wh", "nan-a")
+    assert row["failure_class"] == "nan_divergence" and row["root_cause_line_no"] == crash
+    assert (row["onset_step"], row["onset_file"], row["onset_line_no"]) == (7, "train.log", onset)
+    assert list(row["onset_keys"]) == ["actor/grad_norm", "actor/pg_loss"]
+    html = render_run_report(tmp_path / "wh", "nan-a", tmp_path / "rep").read_text(encoding="utf-8")
+    assert parse_html(html).find("span", id_="onset-location").text() == f"train.log:{onset}"
+    assert html.index('id="onset-context"') < html.index('id="root-cause-context"')
