@@ -234,3 +234,44 @@ def test_caught_errors_are_grouped_as_non_fatal(analyzed_real_logs, real_logs_di
         assert len(grouped) == 1 and grouped[0].startswith(f"{n} caught ") and "(non-fatal)" in grouped[0], items
     assert "caught-errors" not in (analyzed_real_logs.reports / "runs").joinpath(
         next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith("18_")) + ".html").read_text()
+
+
+def test_fleet_first_screen_counts_one_window_that_adds_up(analyzed_real_logs, real_logs_dir):
+    """The real logs are all new to the warehouse: the first screen's week holds every run of the page, its
+    outcome counts add up to that number and to the Runs card; the outcomes table adds up to every run; each run and
+    class says its GPU-hours lost (08: 16 GPUs, as its config dump says, for its whole time: no checkpoint);
+    runs that kept verl's default project and experiment names are no experiment together."""
+    import re
+
+    from report_fixtures import parse_html
+
+    logs = sorted(real_logs_dir.glob("*.log"))
+    doc = parse_html((analyzed_real_logs.reports / "fleet" / "latest.html").read_text(encoding="utf-8"))
+    sentence = doc.find("section", id_="verdict").find("p", cls="sentence").text()
+    window = int(re.search(r"Of these (\d+):", sentence)[1])
+    parts = re.search(r"Of these \d+: (\d+) failed, (\d+) hung, (\d+) completed, (\d+) stopped on purpose, (\d+) with no"
+                      r" outcome in the log", sentence)
+    # the page is for the report day: runs whose only time is their file's (copied today) end after it
+    on_page = len(doc.find("table", id_="all-runs-table").find("tbody").find_all("tr", cls="run"))
+    assert int(re.search(r"(\d+) runs in the warehouse in all", sentence)[1]) == on_page
+    assert window == on_page == sum(int(n) for n in parts.groups())
+    cards = {c.find("div", cls="label").text(): c.find("div", cls="value").text() for c in doc.find_all("div", cls="card")}
+    assert cards["Runs this week"] == str(on_page)
+    rows = doc.find("table", id_="failure-counts").find("tbody").find_all("tr")
+    assert sum(int(r.find_all("td")[1].text()) for r in rows) == on_page
+    assert all(r.find("td", cls="gpu-hours") is not None for r in rows)
+
+    con = connect(analyzed_real_logs.warehouse)
+    text = next(real_logs_dir.glob("08_*.log")).read_text(errors="replace")
+    gpus = {int(n) for n in re.findall(r"'n_gpus_per_node': (\d+)", text)}
+    assert gpus == {16}
+    wall, goodput, lost = con.execute("select wall_time_s, goodput, gpu_hours_lost from run_summary "
+                                      "where run_id like '08_%'").fetchone()
+    assert goodput == 0 and abs(lost - wall * 16 / 3600) < 1e-6
+
+    default = [p.stem for p in logs if "'project_name': 'verl_examples'" in p.read_text(errors="replace")
+               and "'experiment_name': 'gsm8k'" in p.read_text(errors="replace")]
+    assert default
+    grouped = con.execute("select run_id, experiment_name, exp_prior_runs from run_baselines "
+                          "where list_contains($ids, run_id)", {"ids": default}).fetchall()
+    assert [(g[1], g[2]) for g in grouped] == [(None, 0)] * len(default)

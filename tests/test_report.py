@@ -209,14 +209,14 @@ def test_fleet_lists_runs_needing_attention_first(built):
     ids = [r.attrs["data-run-id"] for r in rows]
     assert ids == ["run-hostile", "run-cuda-oom", "run-nccl-timeout", "run-hang", "run-anomalous"], \
         "the last 7 days: failed newest first, then hung, then anomalous"
-    assert doc.find("p", cls="headline").text() == "5 runs from the 7 days up to 2026-11-28 need attention"
+    assert doc.find("p", cls="headline").text() == "5 of the 6 runs of the week to 2026-11-28 need attention"
 
 
 def test_an_old_archive_is_judged_by_its_newest_week_not_by_today(built, tmp_path):
     """Rendered on 2027-03-01, three months after its newest run ended (2026-11-28), the fleet is not
     "quiet this week": its windows end on the newest run's day, and the header says so."""
     doc = page(render_fleet_report(built["warehouse"], tmp_path, date(2027, 3, 1)))
-    assert doc.find("p", cls="headline").text() == "5 runs from the 7 days up to 2026-11-28 need attention"
+    assert doc.find("p", cls="headline").text() == "5 of the 6 runs of the week to 2026-11-28 need attention"
     assert "the newest ended 2026-11-28" in doc.find("header").text()
     assert doc.find("h1").text() == "Fleet report · runs up to 2026-11-28" and "2027-03-01" not in doc.find("title").text()
     ids = [r.attrs["data-run-id"] for r in doc.find("table", id_="attention-table").find_all("tr", cls="run")]

@@ -16,7 +16,7 @@ from pipeline.report.warehouse import clean, rows, table_rows
 FAILED_CLASSES = vocabulary.FAILED_CLASSES
 SUMMARY_COLUMNS = ("run_id", "failure_class", "failure_detail", "last_step", "expected_steps", "goodput",
                    "median_step_s", "bottleneck_phase", "experiment_name", "root_cause_text", "last_ts", "mtime",
-                   "ingested_at", "analysis_error")
+                   "ingested_at", "analysis_error", "gpu_hours_lost")
 # the fleet tables the fleet report reads, each one file: viewed by name
 FLEET_READS = ("run_baselines", "fleet_weekly", "fleet_config_groups")
 # the per-run tables it reads, a file per run: read straight from their files, as binding a view over them
@@ -49,6 +49,8 @@ class FleetRun:
     regression: str = ""
     analysis_error: str = ""  # a step of the analysis failed on this run alone (pipeline/isolation.py)
     failure_detail: str | None = None  # what the evidence says beyond the class (run_summary)
+    analysed_at: datetime | None = None  # when the warehouse took the run in (run_summary.ingested_at)
+    gpu_hours_lost: float | None = None
 
     @property
     def attention(self) -> int:
@@ -133,6 +135,8 @@ def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> Fl
         regression=regression(base),
         analysis_error=str(r.get("analysis_error") or ""),
         failure_detail=r.get("failure_detail"),
+        analysed_at=_naive(r.get("ingested_at")),
+        gpu_hours_lost=clean(r.get("gpu_hours_lost")),
     )
 
 
