@@ -167,6 +167,14 @@ new_run as (
         where m.run_id = s.run_id and m.segment = s.segment - 1 and m.text like '%Final validation metrics%')
     group by all
 ),
+new_run_start as (
+    -- when the last run of a log that holds several began: its first clock
+    select l.run_id, min(l.ts) as started_at
+    from lines as l
+    join new_run as nr on nr.run_id = l.run_id and l.segment >= nr.segment
+    where l.ts is not null
+    group by all
+),
 attempts as (
     -- resumed runs: time of every step attempt, including the ones a resume repeated (of this run alone)
     select l.run_id, sum(try_cast(regexp_extract(l.text,
@@ -930,6 +938,7 @@ select
     -- driver log where the run this summary is about printed its first step
     coalesce(nr.earlier_runs, 0) as earlier_runs,
     nr.first_line_no as run_first_line_no,
+    nrs.started_at as run_started_at,
     -- a divergence's first cause in time: the first step line of the non-finite stretch that ended the run
     case when v.failure_class = 'nan_divergence' then od.step end as onset_step,
     case when v.failure_class = 'nan_divergence' then od.file end as onset_file,
@@ -957,6 +966,7 @@ left join run_bottleneck as b using (run_id)
 left join step_totals as st using (run_id)
 left join time_use as tu using (run_id)
 left join new_run as nr using (run_id)
+left join new_run_start as nrs using (run_id)
 left join divergence_onset as od using (run_id)
 left join lines as ol on ol.run_id = od.run_id and ol.file = od.file and ol.line_no = od.line_no
 order by r.run_id
