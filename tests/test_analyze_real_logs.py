@@ -278,3 +278,18 @@ def test_fleet_first_screen_counts_one_window_that_adds_up(analyzed_real_logs, r
     grouped = con.execute("select run_id, experiment_name, exp_prior_runs from run_baselines "
                           "where list_contains($ids, run_id)", {"ids": default}).fetchall()
     assert [(g[1], g[2]) for g in grouped] == [(None, 0)] * len(default)
+
+
+def test_wandb_line_cuts_are_reported_in_data_completeness(analyzed_real_logs, real_logs_dir):
+    """Logs 14, 15 and 16 are W&B output.log captures, whose lines stop at 4096 characters: the report's
+    data completeness says how many lines were cut, as counted here in the text."""
+    from report_fixtures import parse_html
+
+    for prefix in ("14", "15", "16"):
+        log = next(real_logs_dir.glob(f"{prefix}_*.log"))
+        n = sum(len(line) == 4096 for line in log.read_bytes().decode(errors="replace").split("\n"))
+        assert n
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        problems = [li.text() for li in doc.find("ul", id_="problems").find_all("li")]
+        assert f"{log.name}: {n} line(s) exactly 4096 characters long" in " ".join(problems), problems

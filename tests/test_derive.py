@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta
 
 import duckdb
@@ -448,3 +449,5 @@ def test_a_divergence_story_starts_at_its_first_non_finite_step(tmp_path):
     html = render_run_report(tmp_path / "wh", "nan-a", tmp_path / "rep").read_text(encoding="utf-8")
     assert parse_html(html).find("span", id_="onset-location").text() == f"train.log:{onset}"
     assert html.index('id="onset-context"') < html.index('id="root-cause-context"')
+    # the curves mark every step that logged a NaN/inf, the recovered one too
+    assert set(re.findall(r'class="nan"[^>]*><title>NaN/inf logged at step (\d+)<', html)) == {"5", "7", "8"}

@@ -329,3 +329,14 @@ def test_year_less_clocks_take_the_year_of_the_logs_dated_stamps(tmp_path):
     assert [None if ln["ts"] is None else str(ln["ts"]) for ln in run.lines] == [
         None, "2025-12-31 23:58:00.100000", "2025-12-31 23:59:08", "2026-01-01 00:11:36", None]
     assert str(run.run["last_ts"]) == "2026-01-01 00:11:36"
+
+
+def test_lines_cut_at_4096_characters_are_reported(tmp_path):
+    """W&B's output.log cuts console lines at 4096 characters: a step line of exactly that length lost its
+    end, and the run's problems say how many such lines a file has; a shorter line is not counted."""
+    cut = ("step:3 - " + " - ".join(f"val-aux/score/m{i}:0.5" for i in range(400)))[:4096]
+    assert len(cut) == 4096
+    run = ingest_text(tmp_path, cut + "\nstep:4 - a:1\n" + "x" * 4095 + "\n")
+    found = [p for p in run.run["problems"] if "4096 characters" in p]
+    assert found == ["run-a.log: 1 line(s) exactly 4096 characters long: W&B's console capture (output.log) cuts "
+                     "lines there, so their ends, the last metrics of a step line, are missing"]

@@ -80,6 +80,8 @@ KIND_NAMES = pa.array(KINDS, pa.string())
 SOURCES = pa.array(SOURCE_NAMES, pa.string())
 # `log_lines` text gathered before one write: a Parquet write costs milliseconds however small the batch
 LOG_WRITE_BYTES = 8 * 2**20
+# W&B's console capture (a run's files/output.log) cuts every line at this many characters
+WANDB_LINE_CHARS = 4096
 
 
 @dataclass
@@ -261,7 +263,7 @@ class _RunIngest:
         pending: deque[Future] = deque()
         line_no = 1  # of the next block's first line
         n_nul = n_bad = 0
-        self.n_truncated = 0
+        self.n_truncated = self.n_cut_at_4096 = 0
         crlf = False
         for raw in iter_raw_blocks(_counted(chunks, self.totals), name, self.limits, self.problems):
             if len(raw) < self.limits.block_bytes // 2:  # a file's last block: a hand-off would cost more
@@ -286,6 +288,11 @@ class _RunIngest:
             self.problems.append(
                 f"{name}: {n_bad} line(s) not valid UTF-8: kept with U+FFFD replacement characters"
             )
+        if self.n_cut_at_4096:
+            self.problems.append(
+                f"{name}: {self.n_cut_at_4096} line(s) exactly {WANDB_LINE_CHARS} characters long: W&B's console"
+                " capture (output.log) cuts lines there, so their ends, the last metrics of a step line, are missing"
+            )
         if self.n_truncated:
             self.problems.append(
                 f"{name}: {self.n_truncated} line(s) longer than {self.limits.max_line_bytes} bytes kept truncated"
@@ -303,6 +310,8 @@ class _RunIngest:
         t.n_lines += n
         t.n_undecodable += lines.n_undecodable
         self.n_truncated += lines.n_truncated
+        if n:
+            self.n_cut_at_4096 += pc.sum(pc.equal(pc.utf8_length(text), WANDB_LINE_CHARS)).as_py() or 0
         t.n_step_lines += rows.n_step_lines
         t.n_failures += rows.n_failures
         t.n_console += rows.n_console
