@@ -18,7 +18,7 @@ run as (
         failure_class, last_step, expected_steps, goodput, bottleneck_phase,
         median_step_s, share_gen, share_old_log_prob, share_update_actor, share_other,
         t.throughput, t.mfu_actor,
-        coalesce(run_started_at, first_ts, mtime, ingested_at) as started_at,
+        coalesce(first_ts, mtime, ingested_at) as started_at,
         coalesce(last_ts, mtime, ingested_at) as ended_at,
         -- the log printed no time: the end is the archive file's modification (or ingest) time
         last_ts is null as ended_by_file_time,

@@ -938,7 +938,6 @@ select
     -- driver log where the run this summary is about printed its first step
     coalesce(nr.earlier_runs, 0) as earlier_runs,
     nr.first_line_no as run_first_line_no,
-    nrs.started_at as run_started_at,
     -- a divergence's first cause in time: the first step line of the non-finite stretch that ended the run
     case when v.failure_class = 'nan_divergence' then od.step end as onset_step,
     case when v.failure_class = 'nan_divergence' then od.file end as onset_file,
@@ -949,7 +948,8 @@ select
     -- a step of this analysis that failed on this run alone (pipeline/isolation.py)
     nullif(array_to_string(list_filter(r.problems, lambda p: starts_with(p, $not_analysed)), '; '), '')
         as analysis_error,
-    r.* exclude (run_id)
+    -- the run's first clock: in a log that holds several runs, the last run's own
+    r.* exclude (run_id) replace (coalesce(nrs.started_at, r.first_ts) as first_ts)
 from run as r
 left join run_state as s using (run_id)
 left join verdict as v using (run_id)

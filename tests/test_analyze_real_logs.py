@@ -293,3 +293,18 @@ def test_wandb_line_cuts_are_reported_in_data_completeness(analyzed_real_logs, r
         doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
         problems = [li.text() for li in doc.find("ul", id_="problems").find_all("li")]
         assert f"{log.name}: {n} line(s) exactly 4096 characters long" in " ".join(problems), problems
+
+
+def test_a_run_of_one_step_gets_no_chart_of_one_point(analyzed_real_logs, real_logs_dir):
+    """Log 33 shows one training step (its one `step:60 - ` line): no full-width chart of one point, a note
+    that points at the values instead."""
+    import re
+
+    from report_fixtures import parse_html
+
+    text = next(real_logs_dir.glob("33_*.log")).read_text(errors="replace")
+    assert set(re.findall(r"(?:^|\s)step:(\d+) - ", text)) == {"60"}
+    run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith("33_"))
+    html = (analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8")
+    assert 'data-panel=' not in html
+    assert parse_html(html).find("p", id_="no-health-chart").text().startswith("One step was logged")

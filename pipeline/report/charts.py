@@ -465,6 +465,11 @@ def svg_chart(name: str, alt: str, panels_svg: list[str], after: str = "") -> Ch
     return Chart(name=name, alt=alt, svg=Markup(html))
 
 
+def _one_point(steps: np.ndarray) -> bool:
+    """Fewer than two steps: a chart the page's width would draw one point (its tables give the values)."""
+    return len(np.unique(steps[np.isfinite(steps)])) < 2
+
+
 def health_chart(
     steps: np.ndarray,
     panels: list[Panel],
@@ -477,7 +482,7 @@ def health_chart(
     step that logged a NaN/inf value marked where its curves break."""
     steps = np.asarray(steps, dtype=float)
     panels = [p for p in panels if any(np.isfinite(v).any() for _, v in p.lines + (p.right or []))]
-    if not panels or len(steps) == 0:
+    if not panels or _one_point(steps):
         return None
     panels = [q for p in panels for q in _split_scales(p)]
     panels = [p for p in panels if any(np.isfinite(v).any() for _, v in p.lines + (p.right or []))]
@@ -493,7 +498,7 @@ def phase_chart(steps: np.ndarray, phases: dict[str, np.ndarray]) -> Chart | Non
     """Per-step stacked phase times (seconds): bars for a short run, bucket-mean areas for a long one."""
     names = [p for p, v in phases.items() if np.isfinite(v).any() and np.nanmax(v) > 0]
     steps = np.asarray(steps, dtype=float)
-    if not names or len(steps) == 0:
+    if not names or _one_point(steps):
         return None
     x, ys = bucket_mean(steps, [phases[p] for p in names])
     x = np.asarray(x, dtype=float)
