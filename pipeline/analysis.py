@@ -6,6 +6,8 @@ import datetime as dt
 import fnmatch
 import os
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +53,28 @@ class RunSelection:
                 and (self.since is None or day >= self.since) and (self.until is None or day <= self.until))
 
 
+class NoRunsError(ValueError):
+    """The archive holds no run, or the selection keeps none of its runs: nothing to analyse or report."""
+
+
+def no_runs_message(archive: str | Path, found, include: set[str] | None, select: RunSelection | None) -> str:
+    """What was looked for and what was found instead, for an analysis that found no run to analyse."""
+    looked = [f"runs in {archive}"]
+    if include is not None:
+        looked.append(f"run_id {' or '.join(sorted(include))}")
+    if select is not None and select.include is not None:
+        looked.append(f"run_id matching {select.include!r}")
+    if select is not None and select.since is not None:
+        looked.append(f"last active on or after {select.since.isoformat()}")
+    if select is not None and select.until is not None:
+        looked.append(f"last active on or before {select.until.isoformat()}")
+    seen = f"the archive holds {len(found.entries)} run entr{'y' if len(found.entries) == 1 else 'ies'}"
+    if found.skipped:
+        seen += f" and {len(found.skipped)} other file{'s' if len(found.skipped) != 1 else ''} ({', '.join(sorted(found.skipped)[:5])})"
+    problems = f"; archive problems: {'; '.join(found.errors)}" if found.errors else ""
+    return f"no run to analyse: looked for {', '.join(looked)}; {seen}{problems}"
+
+
 @dataclass
 class ArchiveOutcome:
     """What analysing an archive produced."""
@@ -64,6 +88,7 @@ class ArchiveOutcome:
     no_model: bool = False  # no anomaly model after the analysis (no training step in the warehouse yet)
     # runs a step failed on alone (pipeline/isolation.py) -> the problems saying which step and why
     not_analysed: dict[str, list[str]] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)  # how the analysed runs ended, in words -> runs
 
 def resolve_entry(run: str, archive_root: str | Path, quiet_period_s: int = 600):
     """The archive entry for a path to a run (folder, .tar.gz, .gz) or a run_id under `archive_root`."""
@@ -114,6 +139,7 @@ def analyze_archive(
     day: dt.date | None = None,
     include: set[str] | None = None,
     select: RunSelection | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ArchiveOutcome:
     """Materialise every asset in-process for every finished run in `archive`.
 
@@ -124,15 +150,21 @@ def analyze_archive(
     `day` (default: today when the analysis starts, so a run that crosses midnight finds its report).
     With `include`, only those run_ids are analysed (`analyze --run`, `run_health_job`), with `select`
     only the runs it keeps (`--include GLOB`, `--since`, `--until`): the same asset jobs, checks,
-    "already done" rule and refit rule as for a whole archive. The process's Dagster runs plan a range's
-    materialisations in one event per asset from then on (`dagster_storage.plan_ranges_in_one_event`).
+    "already done" rule and refit rule as for a whole archive. An archive with no run, or a selection that
+    keeps none, raises `NoRunsError` before anything is written: no report, no mail. The process's Dagster
+    runs plan a range's materialisations in one event per asset from then on
+    (`dagster_storage.plan_ranges_in_one_event`). `progress` is told what the analysis starts doing next,
+    in words (the command line prints it).
     """
+    say = progress or (lambda _: None)
     started = time.perf_counter()
     day = day or dt.date.today()
     resources = bound_resources(archive, warehouse, reports, quiet_period_s)
     found = resources["archive"].discover()
     wanted = [e for e in found.entries if (include is None or e.run_id in include)
               and (select is None or select.keeps(e))]
+    if not wanted:
+        raise NoRunsError(no_runs_message(archive, found, include, select))
     finished = [e for e in wanted if e.finished]
     if force:
         run_ids, unchanged = sorted(e.run_id for e in finished), []
@@ -153,14 +185,21 @@ def analyze_archive(
 
     # Dagster runs one partitions definition per run: the per-run and the fleet assets alternate,
     # split where the tables read the anomaly model (pipeline/tables.py says which do).
+    if ordered:
+        say(f"reading and diagnosing {len(ordered)} run{'s' if len(ordered) != 1 else ''}"
+            + (f" ({len(unchanged)} unchanged since their last analysis)" if unchanged else ""))
     for stretch in ranges:
         ingest_tags = {**partition_tags(stretch), REINGEST_TAG: "true"} if force else partition_tags(stretch)
         _run(RUN_BEFORE_MODEL, ingest_tags)
     fit = refit or (bool(ordered) and model_refit_due(model_age_days(warehouse)))
     if ordered or fit:
+        say("fitting the anomaly model on the fleet" if fit else "updating the fleet tables")
         _run([*FLEET_BEFORE_MODEL, MODEL] if fit else FLEET_BEFORE_MODEL)
+    if ordered:
+        say("scoring anomalous steps and writing the run reports")
     for stretch in ranges:
         _run([*RUN_AFTER_MODEL, "run_report"], partition_tags(stretch))
+    say("writing the fleet report" + (" and mailing it" if mail else ""))
     fleet_selection = [*FLEET_AFTER_MODEL, "fleet_report", *(["fleet_report_mail"] if mail else [])]
     _run(fleet_selection, {DAY_TAG: day.isoformat(), **({MAIL_TAG: "true"} if mail else {})})
     refresh_catalog(warehouse)
@@ -174,6 +213,7 @@ def analyze_archive(
         unchanged=unchanged,
         no_model=model_age_days(warehouse) is None,
         not_analysed=not_analysed(warehouse, ordered),
+        outcomes=outcome_counts(warehouse, ordered),
     )
 
 def entry_root(entry, archive_root: str | Path) -> Path:
@@ -181,18 +221,41 @@ def entry_root(entry, archive_root: str | Path) -> Path:
     return Path(archive_root) if Path(archive_root, Path(entry.path).name).exists() else Path(entry.path).parent
 
 
-def verdict(warehouse: str | Path, run_id: str) -> str:
-    """'<failure_class> at step N of M' for an analysed run, from run_summary ('of M' when the log says M)."""
-    con = connect(warehouse, run_ids=[run_id])
+def _summaries(warehouse: str | Path, run_ids: list[str]) -> list[dict]:
+    """The run_summary rows of `run_ids`, each with its number of anomaly episodes."""
+    if not run_ids:
+        return []
+    con = connect(warehouse, run_ids=run_ids)
     try:
-        row = con.execute(
-            "select failure_class, last_step, expected_steps from run_summary where run_id = $r", {"r": run_id}
-        ).fetchone()
+        views = {v for (v,) in con.execute("select view_name from duckdb_views()").fetchall()}
+        episodes = ("select run_id, count(distinct episode_id) as n_episodes from step_anomalies "
+                    "where is_anomaly group by all" if "step_anomalies" in views
+                    else "select null::varchar as run_id, 0 as n_episodes where false")
+        cur = con.execute(f"select s.*, coalesce(e.n_episodes, 0) as n_episodes from run_summary as s "
+                          f"left join ({episodes}) as e using (run_id) where s.run_id in (select unnest($r))",
+                          {"r": run_ids})
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     finally:
         con.close()
-    if not row:
+
+
+def outcome_counts(warehouse: str | Path, run_ids: list[str]) -> dict[str, int]:
+    """How the runs ended, in the words of their reports, most frequent first: {'CUDA OOM': 2, ...}."""
+    from pipeline.report.labels import outcome_label
+
+    ended = Counter(outcome_label(s["failure_class"], s.get("failure_detail")) for s in _summaries(warehouse, run_ids))
+    return dict(ended.most_common())
+
+
+def verdict(warehouse: str | Path, run_id: str) -> str:
+    """How an analysed run ended, in the words of its report's banner: 'CUDA OOM in old_log_prob at step 0'."""
+    from pipeline.report.verdict import verdict as banner
+
+    found = _summaries(warehouse, [run_id])
+    if not found:
         return "no summary"
-    return f"{row[0]} at step {row[1]}" + (f" of {row[2]}" if row[2] is not None else "")
+    return banner(found[0], found[0]["n_episodes"])["sentence"].rstrip(".")
 
 
 def persistent_instance(warehouse: str | Path) -> DagsterInstance:
@@ -230,5 +293,5 @@ def analyze_with_object_store(archive: str, warehouse: str, reports: str | Path,
     return outcome, published
 
 
-__all__ = ["analyze_archive", "analyze_with_object_store", "entry_root", "persistent_instance", "resolve_entry",
+__all__ = ["NoRunsError", "analyze_archive", "analyze_with_object_store", "entry_root", "persistent_instance", "resolve_entry",
            "verdict"]

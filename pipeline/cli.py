@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+import time
 from pathlib import Path
 
 DEMO_RUNS = 24
@@ -25,8 +26,20 @@ def _dagster_instance(args: argparse.Namespace):
     return None if args.no_record else persistent_instance(args.warehouse)
 
 
+class Progress:
+    """Prints what a long analysis is doing, with the time since it began, on stderr (stdout keeps the result)."""
+
+    def __init__(self):
+        self.started = time.perf_counter()
+
+    def __call__(self, what: str) -> None:
+        print(f"[{time.perf_counter() - self.started:6.1f} s] {what} ...", file=sys.stderr, flush=True)
+
+
 def _print_outcome(outcome, reports: Path) -> None:
     print(f"analysed {len(outcome.run_ids)} runs in {outcome.seconds:.1f} s")
+    if outcome.outcomes:
+        print("outcomes:     " + ", ".join(f"{n} {label}" for label, n in outcome.outcomes.items()))
     _print_model_note(outcome)
     if outcome.unchanged:
         print(f"  {len(outcome.unchanged)} runs unchanged since their last analysis (--force redoes them)")
@@ -44,21 +57,31 @@ def _print_outcome(outcome, reports: Path) -> None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Materialise every asset in-process for every run in the archive, or for the one run of `--run`."""
-    from pipeline import objectstore
-    from pipeline.analysis import analyze_archive, analyze_with_object_store
+    from pipeline.analysis import NoRunsError, RunSelection
 
     if args.run:
         return _analyze_one(args)
     if args.archive is None:
         print("error: name the archive to analyse (or one run with --run)", file=sys.stderr)
         return 2
-    from pipeline.analysis import RunSelection
-
     options = {"mail": args.mail, "force": args.force, "refit": args.refit,
                "select": RunSelection(args.include, args.since, args.until)}
+    try:
+        return _analyze_archive(args, options)
+    except NoRunsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _analyze_archive(args: argparse.Namespace, options: dict) -> int:
+    """`analyze ARCHIVE`, local or through the object store; raises NoRunsError when it finds no run."""
+    from pipeline import objectstore
+    from pipeline.analysis import analyze_archive, analyze_with_object_store
+
     if objectstore.is_url(args.archive) or objectstore.is_url(args.warehouse):
         outcome, published = analyze_with_object_store(
-            args.archive, args.warehouse, Path(args.reports), quiet_period_s=args.quiet_period, **options)
+            args.archive, args.warehouse, Path(args.reports), quiet_period_s=args.quiet_period, progress=Progress(),
+            **options)
         _print_outcome(outcome, Path(args.reports))
         if published is not None:
             print(f"warehouse published to {args.warehouse} ({published})")
@@ -68,7 +91,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(f"error: archive {archive} is not a folder", file=sys.stderr)
         return 2
     outcome = analyze_archive(archive, Path(args.warehouse), Path(args.reports), quiet_period_s=args.quiet_period,
-                              instance=_dagster_instance(args), **options)
+                              instance=_dagster_instance(args), progress=Progress(), **options)
     _print_outcome(outcome, Path(args.reports))
     return 0
 
@@ -92,12 +115,12 @@ def _analyze_one(args: argparse.Namespace) -> int:
         return 2
     outcome = analyze_archive(entry_root(entry, archive.root), Path(args.warehouse), Path(args.reports),
                               instance=_dagster_instance(args), force=args.force, refit=args.refit,
-                              include={entry.run_id})
-    print(f"{entry.run_id}: {verdict(args.warehouse, entry.run_id)}")
+                              include={entry.run_id}, progress=Progress())
+    report = Path(args.reports) / "runs" / f"{entry.run_id}.html"
+    print(f"{entry.run_id}: {verdict(args.warehouse, entry.run_id)} -> {report}")
     for why in outcome.not_analysed.get(entry.run_id, []):
         print(f"  {why}")
     _print_model_note(outcome)
-    print(f"run report:   {Path(args.reports) / 'runs' / f'{entry.run_id}.html'}")
     return 0
 
 
@@ -110,7 +133,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     labels = simulate_fleet(data, runs=args.runs, seed=args.seed)
     print(f"simulated {len(labels['runs'])} runs into {data / 'archive'} (ground truth: {data / 'labels.json'})")
     outcome = analyze_archive(data / "archive", data / "warehouse", Path(args.reports), quiet_period_s=0,
-                              instance=persistent_instance(data / "warehouse"))
+                              instance=persistent_instance(data / "warehouse"), progress=Progress())
     _print_outcome(outcome, Path(args.reports))
     print(f"warehouse:    {data / 'warehouse'} (duckdb {data / 'warehouse' / 'warehouse.duckdb'})")
     return 0

@@ -51,43 +51,57 @@ def register_line_templates(con: duckdb.DuckDBPyConnection) -> int:
     return len(first_of_shape)
 
 
-def new_signatures(warehouse: str | Path, day: date, days: int = NEW_DAYS) -> list[dict[str, Any]]:
-    """Templates no rule names whose first line falls in the `days` days up to `day`: errors before warnings,
-    then most runs first."""
-    if lake.table_source(warehouse, NAME) is None:
+def _query(warehouse: str | Path, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows of `sql` over the error_templates table (`{table}` in it) as dicts; none without the table."""
+    source = lake.table_source(warehouse, NAME)
+    if source is None:
         return []
-    start = datetime.combine(day - timedelta(days=days - 1), datetime.min.time())
-    end = datetime.combine(day + timedelta(days=1), datetime.min.time())
     con = duckdb.connect()
     try:
-        cur = con.execute(
-            f"select template, n_runs, n_lines, first_seen, last_seen, example, example_run_id, example_file,"
-            f" example_line_no, kind, run_ids, root_cause_of from {lake.table_source(warehouse, NAME)}"
-            " where not known and first_seen >= $start and first_seen < $end"
-            " order by kind = 'error' desc, n_runs desc, n_lines desc, template limit $limit",
-            {"start": start, "end": end, "limit": MAX_NEW_SHOWN},
-        )
+        cur = con.execute(sql.format(table=source), params)
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
     finally:
         con.close()
+
+
+def new_signatures(warehouse: str | Path, day: date, days: int = NEW_DAYS) -> list[dict[str, Any]]:
+    """Templates no rule names whose first line falls in the `days` days up to `day`: errors before warnings,
+    then most runs first."""
+    start = datetime.combine(day - timedelta(days=days - 1), datetime.min.time())
+    end = datetime.combine(day + timedelta(days=1), datetime.min.time())
+    return _query(
+        warehouse,
+        "select template, n_runs, n_lines, first_seen, last_seen, example, example_run_id, example_file,"
+        " example_line_no, kind, run_ids, root_cause_of from {table}"
+        " where not known and first_seen >= $start and first_seen < $end"
+        " order by kind = 'error' desc, n_runs desc, n_lines desc, template limit $limit",
+        {"start": start, "end": end, "limit": MAX_NEW_SHOWN},
+    )
+
+
+def caught_errors_of_run(warehouse: str | Path, run_id: str, limit: int = 5) -> list[dict[str, Any]]:
+    """A run's error lines by template (error_templates), most lines first: for a run no error ended, the
+    errors it logged and went on from."""
+    try:
+        return _query(
+            warehouse,
+            "select template, r.n_lines, r.first_file, r.first_line_no from {table}, unnest(lines_by_run) as u(r)"
+            " where kind = 'error' and r.run_id = $run order by r.n_lines desc, r.first_line_no limit $limit",
+            {"run": run_id, "limit": limit},
+        )
+    except duckdb.BinderException:  # a warehouse derived before error_templates had lines_by_run
+        return []
 
 
 def unknown_templates_of_run(warehouse: str | Path, run_id: str) -> list[dict[str, Any]]:
     """The templates no rule names among a run's error and warning lines (its root cause's first), for
     the run report: a run whose only error is such a line points at the template and the fleet's count."""
-    if lake.table_source(warehouse, NAME) is None:
-        return []
-    con = duckdb.connect()
-    try:
-        cur = con.execute(
-            f"select template, n_runs, n_lines, first_seen, last_seen, example, kind,"
-            f" list_contains(root_cause_of, $run) as root_cause from {lake.table_source(warehouse, NAME)}"
-            " where not known and list_contains(run_ids, $run)"
-            " order by root_cause desc, n_runs desc, template",
-            {"run": run_id},
-        )
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
-    finally:
-        con.close()
+    return _query(
+        warehouse,
+        "select template, n_runs, n_lines, first_seen, last_seen, example, kind,"
+        " list_contains(root_cause_of, $run) as root_cause from {table}"
+        " where not known and list_contains(run_ids, $run)"
+        " order by root_cause desc, n_runs desc, template",
+        {"run": run_id},
+    )

@@ -25,6 +25,10 @@ FAILED_CLASSES = tuple(c for c in FAILURE_CLASSES if c not in NOT_FAILED)
 # stop_reason of an `interrupted` run (`debugger`: a person attached a debugger at a breakpoint and holds it)
 STOP_REASONS = ("keyboard", "time_limit", "cancelled", "sigterm", "debugger")
 
+# failure_detail of a run (run_summary): what its root-cause line says beyond the class, where the class's
+# words would say more than the evidence (a TPU's HBM is no CUDA memory; a rendezvous is no NCCL collective)
+FAILURE_DETAILS = ("cuda_oom", "tpu_hbm_oom", "npu_oom", "device_oom", "nccl_watchdog", "rendezvous")
+
 # failure_phase: what the run was doing when it ended, in the order of a training step
 FAILURE_PHASES = (
     "startup", "gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",

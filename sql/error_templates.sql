@@ -4,6 +4,7 @@
 -- `known`: a run_events pattern gives some line of the template a class of its own (not error_other or
 -- warning_other). `seen_at`: the line's time, else the latest earlier in its file, else its run's.
 -- `root_cause_of`: the runs whose root-cause line (run_summary) is one of the template's lines.
+-- `lines_by_run`: per run, its lines of the template and the first of them.
 with lines as (
     select
         e.run_id, e.file, e.line_no, e.kind, e.event_class, e.message, t.template,
@@ -12,6 +13,14 @@ with lines as (
     from run_events as e
     join line_templates as t using (message)
     left join runs as r using (run_id)
+),
+per_run as (
+    -- each run's lines of a template: how many and where the first is (a run report groups its caught errors)
+    select template, list({'run_id': run_id, 'n_lines': n, 'first_file': f, 'first_line_no': ln}
+                          order by run_id) as lines_by_run
+    from (select template, run_id, count(*) as n, arg_min(file, line_no) as f, min(line_no) as ln
+          from lines group by all)
+    group by all
 ),
 roots as (
     select l.template, list(distinct l.run_id order by l.run_id) as root_cause_of
@@ -34,8 +43,10 @@ select
     mode(kind) as kind,
     mode(event_class) as event_class,
     list(distinct run_id order by run_id) as run_ids,
-    coalesce(any_value(r.root_cause_of), []) as root_cause_of
+    coalesce(any_value(r.root_cause_of), []) as root_cause_of,
+    any_value(pr.lines_by_run) as lines_by_run
 from lines
 left join roots as r using (template)
+left join per_run as pr using (template)
 group by all
 order by known, n_runs desc, n_lines desc, template

@@ -10,7 +10,12 @@ with throughput as (
 ),
 run as (
     select
-        s.run_id, experiment_name, failure_class, last_step, expected_steps, goodput, bottleneck_phase,
+        s.run_id,
+        -- verl's default names (trainer.project_name verl_examples, trainer.experiment_name gsm8k) say nothing
+        -- about a run: runs that kept them are no experiment together
+        case when not (coalesce(project_name, 'verl_examples') = 'verl_examples' and experiment_name = 'gsm8k')
+             then experiment_name end as experiment_name,
+        failure_class, last_step, expected_steps, goodput, bottleneck_phase,
         median_step_s, share_gen, share_old_log_prob, share_update_actor, share_other,
         t.throughput, t.mfu_actor,
         coalesce(first_ts, mtime, ingested_at) as started_at,

@@ -150,13 +150,39 @@ run_bottleneck as (
     )
     group by all
 ),
+new_run as (
+    -- a segment that starts another run rather than resuming this one: the segment before it printed verl's
+    -- final validation (that run completed) and this one starts from its first step, not from a checkpoint.
+    -- The latest such segment begins the run the summary is about; the earlier runs are no part of its time
+    select s.run_id, max(s.segment) as segment, count(*) as earlier_runs,
+           arg_max(s.first_line_no, s.segment) as first_line_no
+    from (
+        select run_id, segment, min(line_no) as first_line_no,
+               min(try_cast(regexp_extract(text, 'step:(\d+) - ', 1) as bigint)) as first_step
+        from step_lines
+        group by all
+    ) as s
+    where s.segment > 0 and s.first_step <= 1 and exists (
+        select 1 from marked as m
+        where m.run_id = s.run_id and m.segment = s.segment - 1 and m.text like '%Final validation metrics%')
+    group by all
+),
+new_run_start as (
+    -- when the last run of a log that holds several began: its first clock
+    select l.run_id, min(l.ts) as started_at
+    from lines as l
+    join new_run as nr on nr.run_id = l.run_id and l.segment >= nr.segment
+    where l.ts is not null
+    group by all
+),
 attempts as (
-    -- resumed runs: time of every step attempt, including the ones a resume repeated
+    -- resumed runs: time of every step attempt, including the ones a resume repeated (of this run alone)
     select l.run_id, sum(try_cast(regexp_extract(l.text,
             'timing_s/step"?:\s*(?:np\.float\d+\()?([0-9.eE+-]+)', 1) as double)) as attempted_s
     from step_lines as l
     join run as r using (run_id)
-    where r.n_segments > 1
+    left join new_run as nr using (run_id)
+    where r.n_segments > 1 and l.segment >= coalesce(nr.segment, 0)
     group by all
 ),
 started as (
@@ -428,14 +454,37 @@ driver_phase as (
     where traceback_phase is not null and coalesce(component, 'TaskRunner') in ('TaskRunner', 'main_task')
     group by all
 ),
+nan_steps as (
+    -- each step and whether a loss or gradient of it went NaN/inf
+    select run_id, step, coalesce(list_has_any(nan_keys, ['actor/pg_loss', 'actor/grad_norm', 'actor/kl_loss',
+                                                          'critic/vf_loss', 'critic/grad_norm', 'actor/ppo_kl',
+                                                          'actor/entropy']), false) as diverged
+    from step_health
+    where run_id in (select unnest($run_ids))
+),
 last_nan as (
     -- the last logged step went NaN/inf in a loss or gradient: the run diverged
     select h.run_id, h.step
-    from step_health as h
+    from nan_steps as h
     join run_state as s on s.run_id = h.run_id and s.last_step = h.step
-    where h.run_id in (select unnest($run_ids))
-      and list_has_any(h.nan_keys, ['actor/pg_loss', 'actor/grad_norm', 'actor/kl_loss', 'critic/vf_loss',
-                                    'critic/grad_norm', 'actor/ppo_kl', 'actor/entropy'])
+    where h.diverged
+),
+divergence_onset as (
+    -- where a divergence began: the first step of the stretch of non-finite steps that runs to the last one
+    -- (the crash that ends such a run comes later), and that step's line with a non-finite loss or gradient
+    select o.run_id, o.step, arg_min(m.file, m.line_no) as file, min(m.line_no) as line_no,
+           list(distinct m.key order by m.key) as keys
+    from (
+        select h.run_id, min(h.step) as step
+        from nan_steps as h
+        join last_nan as n using (run_id)
+        where h.diverged and h.step > coalesce((select max(c.step) from nan_steps as c
+                                                where c.run_id = h.run_id and not c.diverged), -1)
+        group by all
+    ) as o
+    join step_metrics as m on m.run_id = o.run_id and m.step = o.step and not isfinite(m.value)
+    where m.run_id in (select unnest($run_ids))
+    group by all
 ),
 nan_line as (
     -- the driver log's step line of the step that went NaN: the cause when no error line names it
@@ -715,17 +764,19 @@ hang as (
            or h.stalled_s >= h.limit_s)
 ),
 last_line as (
-    -- the latest line found without its text, then its text read for that line alone
-    -- (two plain maxima: a list key per line costs seconds on a big log)
-    select k.run_id, k.file, k.line_no, l.text
+    -- the run's last line: the end of the file whose clock reads latest (the lines after its last stamp were
+    -- written later still, a caught error's stamp is no end), else of the longest file; found per file without
+    -- its text (plain maxima: a list key per line costs seconds on a big log), then its text read for it alone
+    -- (its blank lines, a bare Ray prefix too, skipped among the file's last hundred lines: only those are read)
+    select k.run_id, k.file, arg_max(l.line_no, l.line_no) as line_no, arg_max(l.text, l.line_no) as text
     from (
-        select l.run_id, arg_max(l.file, l.line_no) as file, max(l.line_no) as line_no
-        from lines as l
-        join (select run_id, max(coalesce(epoch(ts), 0)) as t from lines group by all) as m
-            on m.run_id = l.run_id and m.t = coalesce(epoch(l.ts), 0)
+        select run_id, arg_max(file, [t, n]) as file, arg_max(n, [t, n]) as line_no
+        from (select run_id, file, max(coalesce(epoch(ts), 0)) as t, max(line_no) as n from lines group by all)
         group by all
     ) as k
-    join lines as l using (run_id, file, line_no)
+    join lines as l on l.run_id = k.run_id and l.file = k.file and l.line_no between k.line_no - 100 and k.line_no
+    where trim(regexp_replace(l.text, '^\s*\([^)]*\)', '')) <> ''
+    group by all
 ),
 verdict as (
     -- the first cause in time wins: an error before a stop ended the run, a stall or NaN losses before a stop too
@@ -779,9 +830,14 @@ kept as (
     group by all
 ),
 running as (
-    -- time the job was running: each resume segment's own span, not the days between attempts
+    -- time the job was running: each resume segment's own span, not the days between attempts, nor an
+    -- earlier run's in the same log
     select run_id, sum(span_s) as running_s
-    from (select run_id, segment, epoch(max(ts) - min(ts)) as span_s from lines where ts is not null group by all)
+    from (select l.run_id, l.segment, epoch(max(l.ts) - min(l.ts)) as span_s
+          from lines as l
+          left join new_run as nr using (run_id)
+          where l.ts is not null and l.segment >= coalesce(nr.segment, 0)
+          group by all)
     group by all
 ),
 training as (
@@ -802,9 +858,11 @@ time_use as (
     -- collapse on) over the time the job ran, a hang included
     select
         s.run_id,
-        greatest(coalesce(ru.running_s, 0), coalesce(a.attempted_s, 0),
-                 coalesce(st.counted_s, 0) + case when v.failure_class = 'hang' then coalesce(h.hang_duration_s, 0)
-                                                  else 0 end) as wall_time_s,
+        -- null, not 0 s, where no clock or timer of the log measures any time: unknown stays unknown
+        nullif(greatest(coalesce(ru.running_s, 0), coalesce(a.attempted_s, 0),
+                        coalesce(st.counted_s, 0) + case when v.failure_class = 'hang'
+                                                         then coalesce(h.hang_duration_s, 0) else 0 end), 0)
+            as wall_time_s,
         least(case when v.failure_class in ('completed', 'no_outcome') then st.counted_s else coalesce(k.kept_s, 0) end,
               coalesce(tr.before_onset_s, case when tr.run_id is not null then 0 end)) as kept_s,
         c.step as last_checkpoint_step,
@@ -844,6 +902,18 @@ select
     tr.training_outcome_step,
     case when v.failure_class not in ('completed', 'hang', 'no_outcome', 'interrupted')
          then rt.root_cause_event end as root_cause_event,
+    -- what the root-cause line says beyond its class (pipeline/vocabulary.py FAILURE_DETAILS): the device whose
+    -- memory ran out, a rendezvous that failed rather than a collective the NCCL watchdog timed out
+    case
+        when v.failure_class = 'cuda_oom' then case
+            when regexp_matches(rt.root_cause_text, 'TPU|memory space hbm') then 'tpu_hbm_oom'
+            when regexp_matches(rt.root_cause_text, 'NPU|npu|Ascend') then 'npu_oom'
+            when regexp_matches(rt.root_cause_text, 'CUDA|cuda|GPU') or rt.root_cause_event = 'cuda_oom'
+                then 'cuda_oom'
+            else 'device_oom' end
+        when v.failure_class = 'nccl_timeout' then
+            case when rt.root_cause_event = 'distributed_init_error' then 'rendezvous' else 'nccl_watchdog' end
+    end as failure_detail,
     case
         when v.failure_class = 'completed' then null
         -- before the first training step began, a run was starting up (or validating, if a traceback says so)
@@ -874,14 +944,30 @@ select
     -- a log may carry timestamps only around start-up, so the time is at least the time in steps
     tu.wall_time_s,
     case when tu.wall_time_s > 0 then least(tu.kept_s / tu.wall_time_s, 1) end as goodput,
+    -- the run's time that no checkpoint kept, on every GPU it held (a completed run or one still going lost
+    -- none); null where the log says neither its time nor its GPUs
+    case when v.failure_class in ('completed', 'no_outcome') then 0
+         else greatest(tu.wall_time_s - coalesce(tu.kept_s, 0), 0) * r.n_gpus_per_node * coalesce(r.nnodes, 1) / 3600
+    end as gpu_hours_lost,
     tu.last_checkpoint_step,
     tu.steps_lost,
-    greatest(coalesce(r.n_segments, 1) - 1, 0) as resume_count,
+    greatest(coalesce(r.n_segments, 1) - 1 - coalesce(nr.segment, 0), 0) as resume_count,
+    -- runs that completed earlier in the same log (a new launch after a final validation), and the line in the
+    -- driver log where the run this summary is about printed its first step
+    coalesce(nr.earlier_runs, 0) as earlier_runs,
+    nr.first_line_no as run_first_line_no,
+    -- a divergence's first cause in time: the first step line of the non-finite stretch that ended the run
+    case when v.failure_class = 'nan_divergence' then od.step end as onset_step,
+    case when v.failure_class = 'nan_divergence' then od.file end as onset_file,
+    case when v.failure_class = 'nan_divergence' then od.line_no end as onset_line_no,
+    case when v.failure_class = 'nan_divergence' then ol.text end as onset_text,
+    case when v.failure_class = 'nan_divergence' then od.keys end as onset_keys,
     r.n_metric_values::double / nullif(r.n_metric_values + r.n_parse_failures, 0) as parse_completeness,
     -- a step of this analysis that failed on this run alone (pipeline/isolation.py)
     nullif(array_to_string(list_filter(r.problems, lambda p: starts_with(p, $not_analysed)), '; '), '')
         as analysis_error,
-    r.* exclude (run_id)
+    -- the run's first clock: in a log that holds several runs, the last run's own
+    r.* exclude (run_id) replace (coalesce(nrs.started_at, r.first_ts) as first_ts)
 from run as r
 left join run_state as s using (run_id)
 left join verdict as v using (run_id)
@@ -898,4 +984,8 @@ left join run_bottleneck as b using (run_id)
 left join step_totals as st using (run_id)
 left join time_use as tu using (run_id)
 left join training as tr using (run_id)
+left join new_run as nr using (run_id)
+left join new_run_start as nrs using (run_id)
+left join divergence_onset as od using (run_id)
+left join lines as ol on ol.run_id = od.run_id and ol.file = od.file and ol.line_no = od.line_no
 order by r.run_id

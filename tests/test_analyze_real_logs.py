@@ -84,3 +84,228 @@ def test_run_report_folds_step_lines_and_lists_events_not_frames(analyzed_real_l
     assert "step:11 - " in last and last.endswith("metrics)") and len(last) < 220
     events = page("08_").find("table", id_="events").text()
     assert "KeyboardInterrupt" in events and "traceback_frame" not in events
+
+
+def test_wall_time_reads_every_clock_the_log_prints_and_unknown_stays_unknown(analyzed_real_logs, real_logs_dir):
+    """Logs 02, 10, 11, 18 and 21 print one dated stamp (Ray's start) and then only year-less vLLM or glog
+    clocks: their wall time spans at least from that stamp to the last clock, as read here from the text.
+    A run whose log measures no time says 'unknown', never 0 s."""
+    import re
+    from datetime import datetime
+
+    from report_fixtures import parse_html
+
+    clock = re.compile(r"^(?:\x1b\[[0-9;]*m)?(?:\([^)]*\)(?:\x1b\[[0-9;]*m)? ?)?(?:"
+                       r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d) |(?:INFO|WARNING|ERROR) (?P<mo2>\d\d)-(?P<d2>\d\d) |"
+                       r"[IWEF](?P<mo3>\d\d)(?P<d3>\d\d) )(?P<t>\d\d:\d\d:\d\d)")
+    con = connect(analyzed_real_logs.warehouse)
+    wall = dict(con.execute("select regexp_extract(run_id, '^(\\d+)_', 1), wall_time_s from run_summary").fetchall())
+    for prefix in ("02", "10", "11", "18", "21"):
+        stamps, year = [], None
+        for line in next(real_logs_dir.glob(f"{prefix}_*.log")).read_text(errors="replace").splitlines():
+            if found := clock.match(line):
+                year = found["y"] or year
+                month, day = (found["mo"] or found["mo2"] or found["mo3"]), (found["d"] or found["d2"] or found["d3"])
+                stamps.append(datetime.fromisoformat(f"{year}-{month}-{day} {found['t']}"))
+        span = (max(stamps) - min(stamps)).total_seconds()
+        assert span > 30 and span - 1 <= wall[prefix] < span + 3600, (prefix, span, wall[prefix])
+    assert wall["11"] > 30 * 60  # the TPU run's compilation and its OOM came 31 min after its start
+    unknown = [p for p, w in wall.items() if w is None]
+    assert unknown
+    for prefix in unknown:
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        card = next(c for c in doc.find_all("div", cls="card") if c.find("div", cls="label").text() == "Wall time")
+        assert card.find("div", cls="value").text() == "unknown"
+        assert " after 0 s" not in doc.find("section", id_="verdict").text()
+
+
+def test_words_match_the_evidence(analyzed_real_logs, real_logs_dir):
+    """Log 11 ran out of a TPU's HBM (XLA says so): not 'CUDA' in words, though its class stays cuda_oom.
+    Logs 24 and 25 failed in torch.distributed's rendezvous (c10d TCPStore, a socket timeout), not in an NCCL
+    collective. Log 27 is an excerpt with no step line: its step is unknown, not 'Completed 0 steps'. No page
+    names an internal article or file; a run whose own evidence names its cause gets no generic cause list."""
+    from report_fixtures import parse_html
+
+    def text_of(prefix: str) -> str:
+        return next(real_logs_dir.glob(f"{prefix}_*.log")).read_text(errors="replace")
+
+    def page(prefix: str):
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        return parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+
+    from pipeline.vocabulary import FAILURE_DETAILS
+
+    details = connect(analyzed_real_logs.warehouse).execute(
+        "select distinct failure_detail from run_summary where failure_detail is not null").fetchall()
+    assert {d for (d,) in details} <= set(FAILURE_DETAILS)
+    assert "XLA:TPU" in text_of("11") and "memory space hbm" in text_of("11")
+    verdict = page("11").find("section", id_="verdict")
+    assert verdict.attrs["data-failure-class"] == "cuda_oom"
+    assert verdict.find("p", cls="headline").text() == "TPU HBM out of memory"
+    assert "CUDA" not in verdict.text()
+    fleet = parse_html((analyzed_real_logs.reports / "fleet" / "latest.html").read_text(encoding="utf-8"))
+    row = next(r for r in fleet.find_all("tr", cls="run") if r.attrs["data-run-id"].startswith("11_"))
+    assert "TPU HBM out of memory" in row.text() and "CUDA" not in row.text()
+    for prefix in ("24", "25"):
+        assert "c10d" in text_of(prefix) or "TCPStore" in text_of(prefix)
+        verdict = page(prefix).find("section", id_="verdict")
+        assert verdict.find("p", cls="headline").text() == "Distributed rendezvous failed"
+        assert "NCCL" not in verdict.text() and "watchdog" not in verdict.text()
+    import re
+
+    assert not re.search(r"(?:^|\s)step:\d+ - ", text_of("27"))  # its final step line lost its head
+    sentence = page("27").find("section", id_="verdict").find("p", cls="sentence").text()
+    assert "the last step is unknown" in sentence and "0 steps" not in sentence
+    for run_id in analyzed_real_logs.outcome.run_ids:
+        html = (analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8")
+        assert "DESIGN.md" not in html and "verl log analysis guide" not in html, run_id
+    oom = page("18")
+    assert oom.find("table", id_="run-advice") is not None
+    assert "Likely causes" not in oom.find("div", id_="failure-advice").text()
+
+
+def test_a_run_that_just_ends_shows_its_true_last_line(analyzed_real_logs, real_logs_dir):
+    """Logs 34 and 06 go on after their last stamped lines (caught errors a rollout worker logged and
+    survived): the line shown as where the log ends is the file's last line with text, as read here."""
+    import re
+
+    from report_fixtures import parse_html
+
+    for prefix in ("34", "06"):
+        log = next(real_logs_dir.glob(f"{prefix}_*.log"))
+        bare = [re.sub(r"^\s*\([^)]*\)", "", re.sub(r"\x1b\[[0-9;]*m", "", line)).strip()
+                for line in log.read_bytes().decode(errors="replace").split("\n")]
+        last = max(i for i, text in enumerate(bare, start=1) if text)
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        assert doc.find("span", id_="last-line-location").text() == f"{log.name}:{last}"
+        shown = [s.attrs["data-line"] for s in doc.find("pre", id_="last-line-context").find_all("span", cls="cause")]
+        assert shown == [str(last)]
+
+
+def test_a_log_holding_two_runs_says_so_and_times_only_the_last(analyzed_real_logs, real_logs_dir):
+    """Logs 07 and 08 each hold a run that completed (verl's final validation) and then a second launch that
+    was stopped: the report says the log holds two runs and the first run's hours are not the second's time
+    (08 spans about 18 h of clock, its second run one of them)."""
+    import re
+    from datetime import datetime
+
+    from report_fixtures import parse_html
+
+    con = connect(analyzed_real_logs.warehouse)
+    for prefix in ("07", "08"):
+        text = next(real_logs_dir.glob(f"{prefix}_*.log")).read_text(errors="replace")
+        launches = [m.start() for m in re.finditer(r"^\+ python3? -m verl\.trainer\.main_ppo", text, re.M)]
+        assert len(launches) == 2 and "Final validation metrics" in text[launches[0]:launches[1]]
+        stamps = [datetime.fromisoformat(s) for s in re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text)]
+        second = text[launches[1]:]
+        later = [datetime.fromisoformat(s) for s in re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", second)]
+        earlier_runs, resumes, wall = con.execute(
+            "select earlier_runs, resume_count, wall_time_s from run_summary where run_id like $p",
+            {"p": f"{prefix}_%"}).fetchone()
+        assert (earlier_runs, resumes) == (1, 0)
+        whole = (max(stamps) - min(stamps)).total_seconds()
+        assert wall < whole / (2 if prefix == "08" else 1), (prefix, wall, whole)
+        if len(later) > 1:
+            assert wall >= (max(later) - min(later)).total_seconds() - 1
+        started = con.execute("select started_at from run_baselines where run_id like $p", {"p": f"{prefix}_%"})
+        # the second run starts with its launch (its segment opens at its config dump, seconds later)
+        assert 0 <= (started.fetchone()[0] - min(later)).total_seconds() < 120
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        assert doc.find("p", id_="earlier-runs").text().startswith("This log holds 2 runs")
+    assert con.execute("select count(*) from run_summary where earlier_runs > 0").fetchone()[0] == 2
+
+
+def test_caught_errors_are_grouped_as_non_fatal(analyzed_real_logs, real_logs_dir):
+    """Logs 34 and 06 end with no error: their rollout workers logged 'Error extracting action for item ...'
+    again and again and went on. The report groups them as 'N caught <template> (non-fatal)', N as counted
+    here in the text; a run an error ended (18's OOM) has no such list."""
+    import re
+
+    from report_fixtures import parse_html
+
+    def page(prefix: str):
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        return parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+
+    for prefix in ("34", "06"):
+        text = next(real_logs_dir.glob(f"{prefix}_*.log")).read_bytes().decode(errors="replace")
+        n = len(re.findall(r"^.*ERROR:.*Error extracting action for item", text, re.M))
+        items = [li.text() for li in page(prefix).find("div", id_="caught-errors").find_all("li")]
+        grouped = [i for i in items if "Error extracting action for item <*>" in i]
+        assert len(grouped) == 1 and grouped[0].startswith(f"{n} caught ") and "(non-fatal)" in grouped[0], items
+    assert "caught-errors" not in (analyzed_real_logs.reports / "runs").joinpath(
+        next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith("18_")) + ".html").read_text()
+
+
+def test_fleet_first_screen_counts_one_window_that_adds_up(analyzed_real_logs, real_logs_dir):
+    """The real logs are all new to the warehouse: the first screen's week holds every run of the page, its
+    outcome counts add up to that number and to the Runs card; the outcomes table adds up to every run; each run and
+    class says its GPU-hours lost (08: 16 GPUs, as its config dump says, for its whole time: no checkpoint);
+    runs that kept verl's default project and experiment names are no experiment together."""
+    import re
+
+    from report_fixtures import parse_html
+
+    logs = sorted(real_logs_dir.glob("*.log"))
+    doc = parse_html((analyzed_real_logs.reports / "fleet" / "latest.html").read_text(encoding="utf-8"))
+    sentence = doc.find("section", id_="verdict").text()
+    window = int(re.search(r"Of these (\d+):", sentence)[1])
+    parts = re.search(r"Of these \d+: (\d+) failed, (\d+) hung, (\d+) completed, (\d+) stopped on purpose, (\d+) with no"
+                      r" outcome in the log", sentence)
+    # the page is for the report day: runs whose only time is their file's (copied today) end after it
+    on_page = len(doc.find("table", id_="all-runs-table").find("tbody").find_all("tr", cls="run"))
+    assert int(re.search(r"(\d+) runs in the warehouse in all", sentence)[1]) == on_page
+    assert window == on_page == sum(int(n) for n in parts.groups())
+    cards = {c.find("div", cls="label").text(): c.find("div", cls="value").text() for c in doc.find_all("div", cls="card")}
+    assert cards["Runs this week"] == str(on_page)
+    rows = doc.find("table", id_="failure-counts").find("tbody").find_all("tr")
+    assert sum(int(r.find_all("td")[1].text()) for r in rows) == on_page
+    assert all(r.find("td", cls="gpu-hours") is not None for r in rows)
+
+    con = connect(analyzed_real_logs.warehouse)
+    text = next(real_logs_dir.glob("08_*.log")).read_text(errors="replace")
+    gpus = {int(n) for n in re.findall(r"'n_gpus_per_node': (\d+)", text)}
+    assert gpus == {16}
+    wall, goodput, lost = con.execute("select wall_time_s, goodput, gpu_hours_lost from run_summary "
+                                      "where run_id like '08_%'").fetchone()
+    assert goodput == 0 and abs(lost - wall * 16 / 3600) < 1e-6
+
+    default = [p.stem for p in logs if "'project_name': 'verl_examples'" in p.read_text(errors="replace")
+               and "'experiment_name': 'gsm8k'" in p.read_text(errors="replace")]
+    assert default
+    grouped = con.execute("select run_id, experiment_name, exp_prior_runs from run_baselines "
+                          "where list_contains($ids, run_id)", {"ids": default}).fetchall()
+    assert [(g[1], g[2]) for g in grouped] == [(None, 0)] * len(default)
+
+
+def test_wandb_line_cuts_are_reported_in_data_completeness(analyzed_real_logs, real_logs_dir):
+    """Logs 14, 15 and 16 are W&B output.log captures, whose lines stop at 4096 characters: the report's
+    data completeness says how many lines were cut, as counted here in the text."""
+    from report_fixtures import parse_html
+
+    for prefix in ("14", "15", "16"):
+        log = next(real_logs_dir.glob(f"{prefix}_*.log"))
+        n = sum(len(line) == 4096 for line in log.read_bytes().decode(errors="replace").split("\n"))
+        assert n
+        run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith(f"{prefix}_"))
+        doc = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        problems = [li.text() for li in doc.find("ul", id_="problems").find_all("li")]
+        assert f"{log.name}: {n} line(s) exactly 4096 characters long" in " ".join(problems), problems
+
+
+def test_a_run_of_one_step_gets_no_chart_of_one_point(analyzed_real_logs, real_logs_dir):
+    """Log 33 shows one training step (its one `step:60 - ` line): no full-width chart of one point, a note
+    that points at the values instead."""
+    import re
+
+    from report_fixtures import parse_html
+
+    text = next(real_logs_dir.glob("33_*.log")).read_text(errors="replace")
+    assert set(re.findall(r"(?:^|\s)step:(\d+) - ", text)) == {"60"}
+    run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith("33_"))
+    html = (analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8")
+    assert 'data-panel=' not in html
+    assert parse_html(html).find("p", id_="no-health-chart").text().startswith("One step was logged")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from operate_support import set_age, write_run
+from report_fixtures import parse_html
 
 from pipeline.cli import main
 from pipeline.simulate import simulate_fleet
@@ -29,6 +30,10 @@ def test_demo_simulates_analyses_and_writes_both_reports(tmp_path):
         assert (tmp_path / "reports" / "runs" / f"{run_id}.html").is_file()
     assert (tmp_path / "reports" / "fleet" / "latest.html").is_file()
     assert "analysed 2 runs" in proc.stdout and "fleet report:" in proc.stdout
+    # how the runs ended, per outcome, adding up to the runs analysed
+    outcomes = next(ln for ln in proc.stdout.splitlines() if ln.startswith("outcomes:"))
+    assert sum(int(part.split()[0]) for part in outcomes.removeprefix("outcomes:").split(", ")) == 2
+    assert "writing the fleet report ..." in proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr
 
 
@@ -56,10 +61,15 @@ def test_analyze_one_finished_run(tmp_path, monkeypatch, capsys):
     run_id, lab = sorted(labels["runs"].items())[0]
     code = main(["analyze", "--run", str(tmp_path / "sim" / "archive" / lab["entry"]),
                  "--warehouse", "wh", "--reports", "rep"])
-    out = capsys.readouterr().out
+    printed = capsys.readouterr()
     assert code == 0
-    assert out.startswith(f"{run_id}: {lab['failure_class']} at step {lab['last_step']}")
-    assert (tmp_path / "rep" / "runs" / f"{run_id}.html").is_file()
+    # the run's report banner in plain words, then where the report is; what it was doing went to stderr
+    report = Path("rep") / "runs" / f"{run_id}.html"
+    banner = parse_html((tmp_path / report).read_text(encoding="utf-8")).find("section", id_="verdict")
+    first = printed.out.splitlines()[0]
+    assert first == f"{run_id}: {banner.find('p', cls='sentence').text().rstrip('.')} -> {report}"
+    assert f" {lab['last_step']} " in first and lab["failure_class"] not in first
+    assert "reading and diagnosing 1 run ..." in printed.err
     assert not (tmp_path / "rep" / "runs" / f"{sorted(labels['runs'])[1]}.html").exists()
 
     assert main(["analyze", "sim/archive", "--run", "no-such-run"]) == 2
@@ -136,7 +146,8 @@ def test_a_run_without_a_step_analyses_into_a_fresh_warehouse(tmp_path, monkeypa
     set_age(log, 3600)
     assert main(["analyze", "--run", str(log), "--warehouse", "wh", "--reports", "rep"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "died-early: cuda_oom at step 0"  # the log's one error, no step line
+    # the log's one error, no step line, one clock: no time to say
+    assert out.splitlines()[0] == "died-early: CUDA OOM in startup at step 0 -> rep/runs/died-early.html"
     assert "anomaly model: no model fitted: the warehouse has no training step" in out
     assert (tmp_path / "rep" / "runs" / "died-early.html").is_file()
     assert not (tmp_path / "wh" / "models").exists()
@@ -157,6 +168,31 @@ def test_analyze_without_a_dagster_record(tmp_path, monkeypatch, capsys):
     run_id, lab = sorted(labels["runs"].items())[0]
     assert main(["analyze", "--run", str(tmp_path / "sim" / "archive" / lab["entry"]), "--force", "--no-record",
                  "--warehouse", "wh", "--reports", "rep"]) == 0
-    assert f"{run_id}: {lab['failure_class']} at step {lab['last_step']}" in capsys.readouterr().out
+    assert f"{run_id}: " in capsys.readouterr().out
     assert sorted(p.stem for p in (tmp_path / "rep" / "runs").glob("*.html")) == sorted(labels["runs"])
     assert not (tmp_path / "dagster").exists()
+
+
+def test_no_run_to_analyse_is_an_error_that_writes_and_mails_nothing(tmp_path, monkeypatch, capsys, smtp_server):
+    """An empty archive, or an --include/--since that keeps none of its runs, exits non-zero saying what was
+    looked for, and leaves no fleet page and no mail: a nightly job whose archive mount went missing must not
+    report good news."""
+    port, inbox = smtp_server
+    for name, value in {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port), "SMTP_SECURITY": "none",
+                        "MAIL_FROM": "nightly@test.local", "MAIL_TO": "rl-team@test.local"}.items():
+        monkeypatch.setenv(f"VERL_HEALTH_{name}", value)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    assert main(["analyze", "empty", "--warehouse", "wh", "--reports", "rep", "--mail"]) == 1
+    err = capsys.readouterr().err
+    assert "no run to analyse" in err and "runs in empty" in err and "0 run entries" in err
+    labels = simulate_fleet(Path("sim"), runs=2, seed=8)
+    assert main(["analyze", "sim/archive", "--warehouse", "wh", "--reports", "rep", "--mail",
+                 "--include", "grpo-nothing-*"]) == 1
+    err = capsys.readouterr().err
+    assert "run_id matching 'grpo-nothing-*'" in err and f"{len(labels['runs'])} run entries" in err
+    assert main(["analyze", "sim/archive", "--warehouse", "wh", "--reports", "rep", "--since", "2999-01-01"]) == 1
+    assert "last active on or after 2999-01-01" in capsys.readouterr().err
+    assert not (tmp_path / "rep").exists()
+    assert not (tmp_path / "wh").exists()
+    assert inbox.mails == []

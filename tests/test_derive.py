@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta
 
 import duckdb
@@ -461,3 +462,33 @@ def test_training_outcome_is_a_failure_still_there_at_the_last_step(tmp_path):
     got = dict(((r, (o, s)) for r, o, s in connect(tmp_path).execute(
         "select run_id, training_outcome, training_outcome_step from run_training").fetchall()))
     assert got == {"collapsed": ("collapsed", 11), "diverged": ("diverged", 11)}
+
+
+def test_a_divergence_story_starts_at_its_first_non_finite_step(tmp_path):
+    """grad_norm went inf at step 5 and recovered at 6; from step 7 loss and gradient stayed NaN until the
+    sampler crashed after step 8. The run's first cause in time is step 7's line, shown before the crash."""
+    from pipeline.report.render import render_run_report
+    from tests.report_fixtures import parse_html
+
+    b = RunBuilder("nan-a", total_training_steps=10)
+    for s in range(1, 5):
+        b.step(s, timings())
+    b.step(5, timings(**{"actor/grad_norm": math.inf}))
+    b.step(6, timings())
+    b.step(7, timings(**{"actor/grad_norm": math.nan, "actor/pg_loss": math.nan}))
+    onset = len(b.lines)  # step 7's line
+    b.step(8, timings(**{"actor/grad_norm": math.nan, "actor/pg_loss": math.nan}))
+    b.line("(WorkerDict pid=7) Traceback (most recent call last):", "error")
+    crash = b.line("(WorkerDict pid=7) RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+                   "error")
+    b.write(tmp_path / "wh")
+    derive.derive_run_tables(tmp_path / "wh", ["nan-a"])
+    row = summary(tmp_path / "wh", "nan-a")
+    assert row["failure_class"] == "nan_divergence" and row["root_cause_line_no"] == crash
+    assert (row["onset_step"], row["onset_file"], row["onset_line_no"]) == (7, "train.log", onset)
+    assert list(row["onset_keys"]) == ["actor/grad_norm", "actor/pg_loss"]
+    html = render_run_report(tmp_path / "wh", "nan-a", tmp_path / "rep").read_text(encoding="utf-8")
+    assert parse_html(html).find("span", id_="onset-location").text() == f"train.log:{onset}"
+    assert html.index('id="onset-context"') < html.index('id="root-cause-context"')
+    # the curves mark every step that logged a NaN/inf, the recovered one too
+    assert set(re.findall(r'class="nan"[^>]*><title>NaN/inf logged at step (\d+)<', html)) == {"5", "7", "8"}

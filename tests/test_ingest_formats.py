@@ -313,3 +313,30 @@ def test_memory_maximum_per_step_across_blocks_and_segments(tmp_path, block_byte
     assert mem[(2, "memory/reserved_gb_max")]["line_no"] == 2
     assert mem[(3, "memory/allocated_gb_max")]["segment"] == 1
     assert mem[(3, "memory/allocated_gb_max")]["line_no"] == 10
+
+
+def test_year_less_clocks_take_the_year_of_the_logs_dated_stamps(tmp_path):
+    """vLLM's `WARNING 03-10 22:48:08` and glog's `E0718 23:11:36.409826` carry no year: each line gets the year
+    of the dated stamp before it (the nearer year across a new year); before any dated stamp, no time."""
+    text = (
+        "INFO 12-31 23:50:00 [config.py:1] before any dated stamp\n"
+        "2025-12-31 23:58:00,100\tINFO worker.py:1843 -- Started a local Ray instance.\n"
+        "\x1b[36m(WorkerDict pid=19740)\x1b[0m WARNING 12-31 23:59:08 config.py:1005] Chunked prefill is enabled\n"
+        "(pid=) E0101 00:11:36.409826 1081186 slow_operation_alarm.cc:140] The operation took 3m49s\n"
+        "I0101 is no clock\n"
+    )
+    run = ingest_text(tmp_path, text)
+    assert [None if ln["ts"] is None else str(ln["ts"]) for ln in run.lines] == [
+        None, "2025-12-31 23:58:00.100000", "2025-12-31 23:59:08", "2026-01-01 00:11:36", None]
+    assert str(run.run["last_ts"]) == "2026-01-01 00:11:36"
+
+
+def test_lines_cut_at_4096_characters_are_reported(tmp_path):
+    """W&B's output.log cuts console lines at 4096 characters: a step line of exactly that length lost its
+    end, and the run's problems say how many such lines a file has; a shorter line is not counted."""
+    cut = ("step:3 - " + " - ".join(f"val-aux/score/m{i}:0.5" for i in range(400)))[:4096]
+    assert len(cut) == 4096
+    run = ingest_text(tmp_path, cut + "\nstep:4 - a:1\n" + "x" * 4095 + "\n")
+    found = [p for p in run.run["problems"] if "4096 characters" in p]
+    assert found == ["run-a.log: 1 line(s) exactly 4096 characters long: W&B's console capture (output.log) cuts "
+                     "lines there, so their ends, the last metrics of a step line, are missing"]

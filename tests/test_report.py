@@ -207,14 +207,14 @@ def test_fleet_lists_runs_needing_attention_first(built):
     ids = [r.attrs["data-run-id"] for r in rows]
     assert ids == ["run-hostile", "run-cuda-oom", "run-nccl-timeout", "run-hang", "run-anomalous"], \
         "the last 7 days: failed newest first, then hung, then anomalous"
-    assert doc.find("p", cls="headline").text() == "5 runs from the 7 days up to 2026-11-28 need attention"
+    assert doc.find("p", cls="headline").text() == "5 of the 6 runs of the week to 2026-11-28 need attention"
 
 
 def test_an_old_archive_is_judged_by_its_newest_week_not_by_today(built, tmp_path):
     """Rendered on 2027-03-01, three months after its newest run ended (2026-11-28), the fleet is not
     "quiet this week": its windows end on the newest run's day, and the header says so."""
     doc = page(render_fleet_report(built["warehouse"], tmp_path, date(2027, 3, 1)))
-    assert doc.find("p", cls="headline").text() == "5 runs from the 7 days up to 2026-11-28 need attention"
+    assert doc.find("p", cls="headline").text() == "5 of the 6 runs of the week to 2026-11-28 need attention"
     assert "the newest ended 2026-11-28" in doc.find("header").text()
     assert doc.find("h1").text() == "Fleet report · runs up to 2026-11-28" and "2027-03-01" not in doc.find("title").text()
     ids = [r.attrs["data-run-id"] for r in doc.find("table", id_="attention-table").find_all("tr", cls="run")]
@@ -286,7 +286,9 @@ def test_missing_tables_degrade_gracefully(tmp_path):
     fleet = page(render_fleet_report(wh, tmp_path / "reports", DAY))
     assert [r.attrs["data-run-id"] for r in fleet.find_all("tr", cls="run")][:1] == ["bare-run"]
     empty = page(render_fleet_report(tmp_path / "nothing", tmp_path / "r2", DAY))
-    assert empty.find("p", cls="headline").text() == "All runs healthy"
+    # an empty warehouse is no good news (an archive mount gone missing): said so, not green
+    assert empty.find("p", cls="headline").text() == "No runs in the warehouse: nothing has been analysed"
+    assert "ok" not in empty.find("section", id_="verdict").attrs["class"]
 
 
 def test_unknown_or_bad_run_id_is_refused(built, tmp_path):
@@ -451,7 +453,8 @@ def test_fleet_first_change_is_the_change_most_runs_of_the_class_got(tmp_path):
 
 def test_a_training_failure_puts_a_run_among_the_failures_of_the_fleet():
     """A run whose log just ends (no_outcome) but whose training collapsed is listed with the failures, with its
-    onset; the fleet counts it under its training outcome and still once under its class."""
+    onset; the first screen counts it among the failed and not again under how its log ended, so the outcomes
+    add up to the window's runs; the outcomes table still lists it once under its class."""
     from pipeline.report.fleet_data import FleetReportData, FleetRun
     from pipeline.report.fleet_page import fleet_context
 
@@ -466,7 +469,9 @@ def test_a_training_failure_puts_a_run_among_the_failures_of_the_fleet():
     assert [r.attention for r in runs] == [0, 3, 0]
     got = fleet_context(FleetReportData(day=DAY, runs=runs))
     assert got["training_counts"] == [("collapsed", "Training collapsed", 1)]
-    assert (got["n_failed"], got["n_no_outcome"], got["n_runs"]) == (1, 2, 3)
+    assert (got["n_failed"], got["n_no_outcome"], got["n_window"]) == (2, 1, 3)
+    assert got["window_training"] == [("Training collapsed", 1)]
+    assert dict(got["counts"]) == {"no_outcome": 2, "cuda_oom": 1}
 
 
 def test_sources_are_links_a_reader_can_follow():

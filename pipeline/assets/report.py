@@ -5,12 +5,13 @@ import datetime as dt
 from dagster import (
     AssetExecutionContext,
     BackfillPolicy,
+    Failure,
     MaterializeResult,
     MetadataValue,
     asset,
 )
 
-from pipeline import tables
+from pipeline import lake, tables
 from pipeline.isolation import isolated_runs
 from pipeline.partitions import run_partitions
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
@@ -81,6 +82,9 @@ def fleet_report_mail(context: AssetExecutionContext, warehouse: WarehouseResour
     if not smtp.enabled:
         context.log.info("mail not configured (no SMTP host or recipients); nothing sent")
         return MaterializeResult(metadata={"sent": False, "reason": "mail not configured"})
+    if lake.a_run_of(warehouse.root, "run_summary") is None:
+        # an archive mount gone missing leaves an empty warehouse: its page would read as good news
+        raise Failure(f"no run in the warehouse {warehouse.root}: the fleet report is not mailed")
     # the day of the report it mails, which a mail sent on its own (a re-send, no day tag) does not know
     day = fleet_report_day(report_path) or report_day(context)
     stored = mail_page_path(reports.root, day)  # written with the report when its run mails it

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,12 @@ CONTAINER_STAMP_RE = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\
 STAMP_SAMPLE_LINES = 64  # a block whose first lines carry no container stamp carries none
 PREFIX_RE = r"^\((?:(?P<comp>[^\s()=,]+) )?(?:pid=(?P<pid>\d+)|(?P<raylet>raylet))(?:, ip=[^)]*)?\)"
 TS_RE = OPT_PREFIX + r"(?:[A-Z]+:|\[)?(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)"
+# the clocks without a year: vLLM's and SGLang's loggers (`INFO 03-10 22:48:08`) and glog (`I0718 22:40:56.409826`);
+# a run's lines get the year of its dated stamps (ingest.run), or stay without a time
+YEARLESS_TS_RE = (OPT_PREFIX + r"(?P<md>(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d|[IWEF]\d{4}) "
+                  r"(?P<clock>\d\d:\d\d:\d\d)(?:[.,]\d{1,6})?\s")
+# the placeholder year of a year-less clock until its run's year is known: a leap year, so 02-29 parses
+CLOCK_YEAR = 2000
 
 STEP_LINE_RE = r"(?:^|\s)step:\d+ - "
 JSONL_RE = OPT_PREFIX + r'\{"step":\s*-?\d+'
@@ -92,7 +99,7 @@ PHASES = {
 # what `classify` asks Hyperscan for, in the order `_kinds_scanned` unpacks them
 SCAN_PATTERNS = (
     STEP_ANY_RE, MEMORY_RE, CONFIG_RE, ERROR_STRONG_RE, WARNING_RE, ERROR_WEAK_RE, PROGRESS_RE, TRACE_FILE_RE,
-    CONFIG_OPEN_RE, RESUME_RE, PHASE_RE, TS_RE,
+    CONFIG_OPEN_RE, RESUME_RE, PHASE_RE, f"{TS_RE}|{YEARLESS_TS_RE}",
 )
 KINDS = ("other", "step_metrics", "error", "warning", "config", "progress", "memory")
 K_OTHER, K_STEP, K_ERROR, K_WARNING, K_CONFIG, K_PROGRESS, K_MEMORY = range(7)
@@ -291,6 +298,7 @@ class Classified:
     ts: pa.Array
     config_open: np.ndarray  # bool: first line of a config pprint
     resume_marker: np.ndarray  # bool: a start-up line that can open a resumed segment
+    clock: pa.Array  # a year-less stamp in the year CLOCK_YEAR, where the line has one and no dated stamp
 
 
 def unclassified(n: int) -> Classified:
@@ -305,6 +313,7 @@ def unclassified(n: int) -> Classified:
         pa.nulls(n, pa.timestamp("us")),
         flags,
         flags,
+        pa.nulls(n, pa.timestamp("us")),
     )
 
 
@@ -344,11 +353,14 @@ def classify(text: pa.StringArray, joined: pa.Buffer | None = None) -> Classifie
     )
     component, pid = _prefix(text)
     if hits is None:
-        ts = line_times(text)
+        ts, clock = line_times(text), _clocks(text)
     else:  # few lines carry a timestamp (0.5% of the real logs'): parsed where Hyperscan found one
         stamped = np.flatnonzero(hits[-1])
-        ts = _scatter(len(text), stamped, line_times(text.take(pa.array(stamped))), pa.timestamp("us"))
-    return Classified(kind, component, pid, phase_names, ts, config_open, resume_marker)
+        some = text.take(pa.array(stamped))
+        ts = _scatter(len(text), stamped, line_times(some), pa.timestamp("us"))
+        clock = _scatter(len(text), stamped, _clocks(some), pa.timestamp("us"))
+    clock = pc.if_else(pc.is_null(ts), clock, pa.scalar(None, pa.timestamp("us")))
+    return Classified(kind, component, pid, phase_names, ts, config_open, resume_marker, clock)
 
 
 def _kinds_scanned(text: pa.StringArray, hits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array]:
@@ -526,6 +538,41 @@ def _prefix(text: pa.StringArray) -> tuple[pa.Array, pa.Array]:
     pos[has] = distinct.indices.to_numpy()
     at = pa.array(pos, mask=pos < 0)
     return comp.take(at), pc.cast(pid_s, pa.int64()).take(at)
+
+
+def dated_clocks(ts: pa.Array, clock: pa.Array, before: datetime | None) -> pa.Array:
+    """`ts` with each line's year-less `clock` dated where it has none: in the year of the latest dated stamp at
+    or before the line (`before`: the latest of the lines read earlier), the nearer one across a new year;
+    null before any dated stamp (the year is unknown)."""
+    if clock.null_count == len(clock):
+        return ts
+    dated = ts.to_numpy(zero_copy_only=False).astype("datetime64[us]")
+    stamped = np.where(np.isnat(dated), -1, np.arange(len(dated)))
+    latest = np.maximum.accumulate(stamped)
+    ref = np.where(latest >= 0, dated[np.maximum(latest, 0)], np.datetime64(before or "NaT", "us"))
+    yearless = clock.to_numpy(zero_copy_only=False).astype("datetime64[us]")
+    month = yearless.astype("datetime64[M]") - yearless.astype("datetime64[Y]")
+    into_month = yearless - yearless.astype("datetime64[M]")
+    year = ref.astype("datetime64[Y]")
+
+    def in_year(y: np.ndarray) -> np.ndarray:
+        return y.astype("datetime64[M]") + month + into_month
+
+    guess = in_year(year)
+    half_year = np.timedelta64(183, "D")
+    guess = np.where(guess < ref - half_year, in_year(year + 1),
+                     np.where(guess > ref + half_year, in_year(year - 1), guess))
+    return pa.array(np.where(np.isnat(dated), guess, dated), pa.timestamp("us"), from_pandas=True)
+
+
+def _clocks(text: pa.StringArray) -> pa.Array:
+    """The year-less clock at the start of each line (after a Ray prefix) in the year CLOCK_YEAR, or null."""
+    found = pc.extract_regex(text, YEARLESS_TS_RE)
+    if found.null_count == len(found):
+        return pa.nulls(len(text), pa.timestamp("us"))
+    month_day = pc.utf8_slice_codeunits(pc.replace_substring_regex(pc.struct_field(found, [0]), r"\D", ""), -4)
+    stamp = pc.binary_join_element_wise(str(CLOCK_YEAR), month_day, " ", pc.struct_field(found, [1]), "")
+    return pc.strptime(stamp, "%Y%m%d %H:%M:%S", "us", error_is_null=True)
 
 
 def line_times(text: pa.StringArray) -> pa.Array:

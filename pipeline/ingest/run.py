@@ -48,6 +48,7 @@ from .lines import (
     Classified,
     Lines,
     classify,
+    dated_clocks,
     decode_block,
     iter_raw_blocks,
     line_times,
@@ -79,6 +80,8 @@ KIND_NAMES = pa.array(KINDS, pa.string())
 SOURCES = pa.array(SOURCE_NAMES, pa.string())
 # `log_lines` text gathered before one write: a Parquet write costs milliseconds however small the batch
 LOG_WRITE_BYTES = 8 * 2**20
+# W&B's console capture (a run's files/output.log) cuts every line at this many characters
+WANDB_LINE_CHARS = 4096
 
 
 @dataclass
@@ -113,6 +116,7 @@ class RunTotals:
     max_segment: int = 0
     first_ts: datetime | None = None
     last_ts: datetime | None = None
+    dated_ts: datetime | None = None  # the last dated stamp read: the year of the year-less clocks after it
     config: dict | None = None
     total_steps: int | None = None
 
@@ -259,7 +263,7 @@ class _RunIngest:
         pending: deque[Future] = deque()
         line_no = 1  # of the next block's first line
         n_nul = n_bad = 0
-        self.n_truncated = 0
+        self.n_truncated = self.n_cut_at_4096 = 0
         crlf = False
         for raw in iter_raw_blocks(_counted(chunks, self.totals), name, self.limits, self.problems):
             if len(raw) < self.limits.block_bytes // 2:  # a file's last block: a hand-off would cost more
@@ -284,6 +288,11 @@ class _RunIngest:
             self.problems.append(
                 f"{name}: {n_bad} line(s) not valid UTF-8: kept with U+FFFD replacement characters"
             )
+        if self.n_cut_at_4096:
+            self.problems.append(
+                f"{name}: {self.n_cut_at_4096} line(s) exactly {WANDB_LINE_CHARS} characters long: W&B's console"
+                " capture (output.log) cuts lines there, so their ends, the last metrics of a step line, are missing"
+            )
         if self.n_truncated:
             self.problems.append(
                 f"{name}: {self.n_truncated} line(s) longer than {self.limits.max_line_bytes} bytes kept truncated"
@@ -301,6 +310,8 @@ class _RunIngest:
         t.n_lines += n
         t.n_undecodable += lines.n_undecodable
         self.n_truncated += lines.n_truncated
+        if n:
+            self.n_cut_at_4096 += pc.sum(pc.equal(pc.utf8_length(text), WANDB_LINE_CHARS)).as_py() or 0
         t.n_step_lines += rows.n_step_lines
         t.n_failures += rows.n_failures
         t.n_console += rows.n_console
@@ -311,8 +322,11 @@ class _RunIngest:
         t.max_segment = max(t.max_segment, state.segment)
         for i, msg in rows.problems:
             self.line_problems.add(name, first + i, msg)
+        ts = dated_clocks(cls.ts, cls.clock, t.dated_ts)
         if n and cls.ts.null_count < n:
-            lo, hi = pc.min_max(cls.ts).values()
+            t.dated_ts = cls.ts.filter(pc.is_valid(cls.ts))[-1].as_py()
+        if n and ts.null_count < n:
+            lo, hi = pc.min_max(ts).values()
             t.first_ts = lo.as_py() if t.first_ts is None else min(t.first_ts, lo.as_py())
             t.last_ts = hi.as_py() if t.last_ts is None else max(t.last_ts, hi.as_py())
         file_col = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([name]))
@@ -327,7 +341,7 @@ class _RunIngest:
                 "segment": pa.array(seg),
                 "step": pa.array(ctx),
                 "phase_hint": cls.phase_hint,
-                "ts": cls.ts,
+                "ts": ts,
             }
         )
         self.log_parts.append(batch)

@@ -59,6 +59,7 @@ STYLE = (
     + "".join(f".vhc .s{i}{{stroke:var(--c{i})}}.vhc .f{i}{{fill:var(--c{i})}}" for i in range(SERIES))
     + ".vhc .ep{fill:var(--ep);opacity:.10}.vhc .es{fill:var(--ep)}.vhc .tk{stroke:var(--ep)}"
     ".vhc .cap{stroke:var(--cap);stroke-dasharray:5 3}.vhc text.capt{fill:var(--cap)}"
+    ".vhc .nan{stroke:var(--ep);stroke-dasharray:2 2}.vhc text.nant{fill:var(--ep);font-weight:600}"
     ".vhc .h{fill:var(--ax);opacity:0}.vhc .h:hover{opacity:.16}"
 )
 
@@ -330,6 +331,19 @@ def _episode_marks(xs: _Scale, episodes, anomaly_steps: np.ndarray, right: float
     return back, strip
 
 
+def _nan_marks(xs: _Scale, nan_steps: np.ndarray, right: float) -> list[str]:
+    """A dashed line at each step that logged a NaN/inf value (a curve only breaks there), labelled once."""
+    steps = np.unique(np.asarray(nan_steps, dtype=float))
+    px = xs(steps)
+    keep = (px >= LEFT) & (px <= W - right)
+    if not keep.any():
+        return []
+    out = [f'<path class="nan" d="M{p:.1f} {TOP}V{H - BOTTOM}"><title>NaN/inf logged at step {int(s)}</title></path>'
+           for p, s in zip(px[keep].tolist(), steps[keep].tolist(), strict=True)]
+    out.append(svg_text(float(px[keep][0]) + 3, TOP + 10, "NaN", "nant"))
+    return out
+
+
 def _columns(steps: np.ndarray, n: int) -> list[tuple[int, int]]:
     """Index ranges [a, b) of `steps` for up to `n` hover columns of equal step width."""
     if len(steps) == 0:
@@ -406,7 +420,8 @@ def _series_marks(steps: np.ndarray, y: np.ndarray, xs: _Scale, ys: _Scale, cls:
     return f'<path class="l {cls}" d="{svg_path(xs(steps[idx]), ys(y[idx]), breaks)}"/>'
 
 
-def _panel_svg(steps: np.ndarray, panel: Panel, episodes, anomaly_steps: np.ndarray, xlim) -> str:
+def _panel_svg(steps: np.ndarray, panel: Panel, episodes, anomaly_steps: np.ndarray, xlim,
+               nan_steps: Sequence[float] = ()) -> str:
     """One small-multiple panel: title and legend, episode strip, grid, curves, axes and hover columns."""
     right = RIGHT_AXIS if panel.right else RIGHT
     x0, x1 = xlim
@@ -433,6 +448,7 @@ def _panel_svg(steps: np.ndarray, panel: Panel, episodes, anomaly_steps: np.ndar
             k = (len(panel.lines) + j) % SERIES
             out.append(_series_marks(steps, y, xs, rs, f"s{k}", width))
             legend.append((k, f"{name} (right)", _is_sparse(y)))
+    out += _nan_marks(xs, nan_steps, right)
     if len(legend) > 1:
         out += _legend(legend)
     out.append(f'<path class="a" d="M{LEFT} {H - BOTTOM}H{W - right}"/>')
@@ -449,24 +465,31 @@ def svg_chart(name: str, alt: str, panels_svg: list[str], after: str = "") -> Ch
     return Chart(name=name, alt=alt, svg=Markup(html))
 
 
+def _one_point(steps: np.ndarray) -> bool:
+    """Fewer than two steps: a chart the page's width would draw one point (its tables give the values)."""
+    return len(np.unique(steps[np.isfinite(steps)])) < 2
+
+
 def health_chart(
     steps: np.ndarray,
     panels: list[Panel],
     episodes: Sequence[tuple[int, int, str]],
     anomaly_steps: np.ndarray,
+    nan_steps: Sequence[float] = (),
 ) -> Chart | None:
     """Small multiples of training curves, one scale per signal that needs its own; every anomaly episode
-    is marked above each panel (and lightly shaded behind its curves), every anomalous step ticked."""
+    is marked above each panel (and lightly shaded behind its curves), every anomalous step ticked, every
+    step that logged a NaN/inf value marked where its curves break."""
     steps = np.asarray(steps, dtype=float)
     panels = [p for p in panels if any(np.isfinite(v).any() for _, v in p.lines + (p.right or []))]
-    if not panels or len(steps) == 0:
+    if not panels or _one_point(steps):
         return None
     panels = [q for p in panels for q in _split_scales(p)]
     panels = [p for p in panels if any(np.isfinite(v).any() for _, v in p.lines + (p.right or []))]
     lo, hi = float(np.nanmin(steps)), float(np.nanmax(steps))
     xlim = (lo - 0.5, hi + 0.5) if hi - lo < 10 else (lo, hi)
     anomaly_steps = np.asarray(anomaly_steps, dtype=float)
-    svgs = [_panel_svg(steps, p, episodes, anomaly_steps, xlim) for p in panels]
+    svgs = [_panel_svg(steps, p, episodes, anomaly_steps, xlim, nan_steps) for p in panels]
     alt = f"Training curves: {', '.join(p.title for p in panels)}; {len(episodes)} anomaly episode(s) marked red"
     return svg_chart("health", alt, svgs)
 
@@ -475,7 +498,7 @@ def phase_chart(steps: np.ndarray, phases: dict[str, np.ndarray]) -> Chart | Non
     """Per-step stacked phase times (seconds): bars for a short run, bucket-mean areas for a long one."""
     names = [p for p, v in phases.items() if np.isfinite(v).any() and np.nanmax(v) > 0]
     steps = np.asarray(steps, dtype=float)
-    if not names or len(steps) == 0:
+    if not names or _one_point(steps):
         return None
     x, ys = bucket_mean(steps, [phases[p] for p in names])
     x = np.asarray(x, dtype=float)

@@ -14,9 +14,9 @@ from pipeline import lake, vocabulary
 from pipeline.report.warehouse import clean, rows, table_rows
 
 FAILED_CLASSES = vocabulary.FAILED_CLASSES
-SUMMARY_COLUMNS = ("run_id", "failure_class", "last_step", "expected_steps", "goodput", "median_step_s",
-                   "bottleneck_phase", "experiment_name", "root_cause_text", "last_ts", "mtime", "ingested_at",
-                   "analysis_error", "training_outcome", "training_outcome_step")
+SUMMARY_COLUMNS = ("run_id", "failure_class", "failure_detail", "last_step", "expected_steps", "goodput",
+                   "median_step_s", "bottleneck_phase", "experiment_name", "root_cause_text", "last_ts", "mtime",
+                   "ingested_at", "analysis_error", "gpu_hours_lost", "training_outcome", "training_outcome_step")
 # the fleet tables the fleet report reads, each one file: viewed by name
 FLEET_READS = ("run_baselines", "fleet_weekly", "fleet_config_groups")
 # the per-run tables it reads, a file per run: read straight from their files, as binding a view over them
@@ -50,6 +50,9 @@ class FleetRun:
     analysis_error: str = ""  # a step of the analysis failed on this run alone (pipeline/isolation.py)
     training_outcome: str | None = None
     training_outcome_step: int | None = None
+    failure_detail: str | None = None  # what the evidence says beyond the class (run_summary)
+    analysed_at: datetime | None = None  # when the warehouse took the run in (run_summary.ingested_at)
+    gpu_hours_lost: float | None = None
 
     @property
     def attention(self) -> int:
@@ -156,6 +159,9 @@ def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> Fl
         analysis_error=str(r.get("analysis_error") or ""),
         training_outcome=r.get("training_outcome"),
         training_outcome_step=r.get("training_outcome_step"),
+        failure_detail=r.get("failure_detail"),
+        analysed_at=_naive(r.get("ingested_at")),
+        gpu_hours_lost=clean(r.get("gpu_hours_lost")),
     )
 
 

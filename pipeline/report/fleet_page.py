@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
+from statistics import median
 from typing import Any
 
 from pipeline.report import fleet_charts
-from pipeline.report.fleet_data import FAILED_CLASSES, FleetReportData, FleetRun
+from pipeline.report.fleet_data import FleetReportData, FleetRun
 from pipeline.report.formats import now_with_zone
 from pipeline.report.labels import CLASS_LABELS, TRAINING_LABELS
 
@@ -42,12 +43,23 @@ def _newest_first(runs: list[FleetRun]) -> list[FleetRun]:
                                        if r.ended_at else 0, r.run_id))
 
 
-def _attention(runs: list[FleetRun], week: dict[str, Any] | None) -> dict[str, Any]:
-    """Runs needing attention, failures first; those of the data's last week (or with no time) if any."""
+def _in_window(run: FleetRun, start: date, day: date) -> bool:
+    """Whether the first screen counts the run: it ended in the window (or has no end time), or the warehouse
+    first took it in during the 7 days up to the report's day, whatever the dates in its log."""
+    return (run.ended_at is None or run.ended_at.date() >= start
+            or (run.analysed_at is not None and run.analysed_at.date() > day - timedelta(days=ATTENTION_DAYS)))
+
+
+def _first_screen(runs: list[FleetRun], start: date, day: date) -> dict[str, Any]:
+    """The banner and cards: one window of runs, counted so the outcomes add up to its runs."""
+    window = [r for r in runs if _in_window(r, start, day)]
+    in_window = {r.run_id for r in window}
     attention = sorted((r for r in runs if r.attention < 3), key=lambda r: r.attention)
-    start = week["week_start"] if week else None
-    recent = [r for r in attention if start is None or r.ended_at is None or r.ended_at.date() >= start]
+    recent = [r for r in attention if r.run_id in in_window]
     shown = recent or attention
+    # a run whose training failed counts among the failed, not under how its log ended: the outcomes add up
+    counts = Counter(r.failure_class for r in window if r.attention != 0)
+    goodputs = [r.goodput for r in window if r.goodput is not None]
     return {
         "attention": shown[:MAX_ATTENTION_ROWS],
         "attention_recent": bool(recent),
@@ -55,6 +67,18 @@ def _attention(runs: list[FleetRun], week: dict[str, Any] | None) -> dict[str, A
         "attention_total": len(attention),
         "attention_new": len(recent),
         "n_recent_failed": sum(r.attention == 0 for r in recent),
+        "n_window": len(window),
+        "n_new": sum(r.analysed_at is not None and r.analysed_at.date() > day - timedelta(days=ATTENTION_DAYS)
+                     for r in window),
+        "n_failed": sum(r.attention == 0 for r in window),
+        "n_hung": sum(r.attention == 1 for r in window),
+        "n_anomalous": sum(r.episodes > 0 for r in window),
+        "n_completed": counts.get("completed", 0),
+        "n_stopped": counts.get("interrupted", 0),
+        "n_no_outcome": counts.get("no_outcome", 0),
+        "goodput": median(goodputs) if goodputs else None,
+        "window_training": [(label, n) for o, label in TRAINING_LABELS.items()
+                            if (n := sum(r.training_outcome == o for r in window))],
     }
 
 
@@ -98,23 +122,27 @@ def _outcomes(runs: list[FleetRun], png: bool, advice: dict[str, list[dict[str, 
     trained = Counter(r.training_outcome for r in runs if r.training_outcome)
     return {
         "n_runs": len(runs),
-        "n_failed": sum(r.failure_class in FAILED_CLASSES and r.failure_class != "hang" for r in runs),
-        "n_hung": sum(r.attention == 1 for r in runs),
-        "n_anomalous": sum(r.episodes > 0 for r in runs),
-        "n_completed": counts.get("completed", 0),
-        "n_stopped": counts.get("interrupted", 0),
-        "n_no_outcome": counts.get("no_outcome", 0),
         "counts": sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])),
+        # per class: GPU-hours lost summed over the runs whose log says them, and how many runs do not
+        "gpu_hours_lost": {cls: (sum(r.gpu_hours_lost for r in runs if r.failure_class == cls
+                                     and r.gpu_hours_lost is not None),
+                                 sum(r.failure_class == cls and r.gpu_hours_lost is None for r in runs))
+                           for cls in counts},
         "advice": first_changes(runs, advice),
         "training_counts": [(o, TRAINING_LABELS[o], trained[o]) for o in TRAINING_LABELS if trained[o]],
         "failure_chart": fleet_charts.failure_bars(dict(counts), CLASS_LABELS, png),
     }
 
 
-def _weekly_chart(weeks: list[dict[str, Any]], png: bool):
+def _weekly_chart(weeks: list[dict[str, Any]], png: bool) -> dict[str, Any]:
+    """The weekly chart (weeks named by their last day, year included) and how many runs it counts."""
     shown = weeks[-MAX_CHART_WEEKS:]
-    return fleet_charts.weekly_chart([(w["week_end"].strftime("%m-%d"), w["runs"], w["failed"], w["median_step_s"])
-                                      for w in shown], png)
+    return {
+        "weekly_chart": fleet_charts.weekly_chart(
+            [(w["week_end"].isoformat(), w["runs"], w["failed"], w["median_step_s"]) for w in shown], png),
+        "weekly_covered": sum(w["runs"] or 0 for w in shown),
+        "weekly_weeks": len(shown),
+    }
 
 
 def _group_shares(groups: list[dict[str, Any]]) -> list[tuple[str, dict[str, float]]]:
@@ -129,16 +157,16 @@ def fleet_context(data: FleetReportData, png: bool = False) -> dict[str, Any]:
     runs = _newest_first(data.runs)
     week = data.weeks[-1] if data.weeks else None
     data_day = week["week_end"] if week else data.day
+    week_start = week["week_start"] if week else data_day - timedelta(days=ATTENTION_DAYS - 1)
     return {
         "day": data.day,
         "data_day": data_day,
-        "week_start": week["week_start"] if week else data_day - timedelta(days=ATTENTION_DAYS - 1),
+        "week_start": week_start,
         "generated": now_with_zone(),
         "runs": runs,
-        **_attention(runs, week),
+        **_first_screen(runs, week_start, data.day),
         **_outcomes(runs, png, data.advice),
         "attention_days": ATTENTION_DAYS,
-        "goodput": (week or {}).get("median_goodput"),
         "groups": data.groups,
         "n_weeks": len(data.weeks),
         "week_rows": week_rows(week),
@@ -146,5 +174,5 @@ def fleet_context(data: FleetReportData, png: bool = False) -> dict[str, Any]:
         "regressions": [r for r in runs if r.regression],
         "not_analysed": [r for r in runs if r.analysis_error],
         "share_chart": fleet_charts.share_bars(_group_shares(data.groups), png),
-        "weekly_chart": _weekly_chart(data.weeks, png),
+        **_weekly_chart(data.weeks, png),
     }

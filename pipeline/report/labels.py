@@ -21,12 +21,21 @@ TRAINING_LABELS = {
     "collapsed": "Training collapsed",
     "diverged": "Training diverged",
 }
+# a run's failure_detail, said instead of its class's label: the words the evidence supports
+DETAIL_LABELS = {
+    "cuda_oom": "CUDA OOM",
+    "tpu_hbm_oom": "TPU HBM out of memory",
+    "npu_oom": "NPU out of memory",
+    "device_oom": "Device out of memory",
+    "nccl_watchdog": "NCCL timeout",
+    "rendezvous": "Distributed rendezvous failed",
+}
 STOP_WORDS = {
     "keyboard": "Stopped with Ctrl-C",
     "sigterm": "Stopped by SIGTERM",
     "cancelled": "Cancelled by the scheduler",
     "time_limit": "Stopped at the scheduler's time limit",
-    "debugger": "Held at a debugger breakpoint",
+    "debugger": "Held at a debugger breakpoint by a person",
 }
 # the run's configuration as the report lists it, in this order
 CONFIG_LABELS = {
@@ -132,6 +141,11 @@ ROLE_LABELS = {
     "tensorboard": "TensorBoard events",
     "metrics_jsonl": "metrics file",
 }
+
+
+def outcome_label(failure_class: str | None, detail: str | None = None) -> str:
+    """How a run ended, in the words its evidence supports: the failure_detail's label, else the class's."""
+    return DETAIL_LABELS.get(detail or "", CLASS_LABELS.get(failure_class or "unknown", str(failure_class)))
 
 
 def event_label(event_class: str | None) -> str:

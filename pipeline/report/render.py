@@ -31,6 +31,7 @@ from pipeline.report.labels import (
     ROLE_LABELS,
     TRAINING_LABELS,
     event_label,
+    outcome_label,
 )
 from pipeline.report.run_data import RunReportData, load_run
 from pipeline.report.run_page import run_context
@@ -61,7 +62,7 @@ def _environment() -> Environment:
         training_label=lambda o: TRAINING_LABELS.get(o, str(o)),
         config_label=lambda k: CONFIG_LABELS.get(k, k), completeness_label=lambda k: COMPLETENESS_LABELS.get(k, k),
         line_kind=lambda k: LINE_KINDS.get(k, k), anomaly_label=lambda c: ANOMALY_LABELS.get(c, c),
-        event_label=event_label, role_label=lambda r: ROLE_LABELS.get(r, r),
+        event_label=event_label, role_label=lambda r: ROLE_LABELS.get(r, r), outcome_label=outcome_label,
     )
     return env
 

@@ -11,13 +11,14 @@ import duckdb
 import numpy as np
 
 from pipeline import lake
-from pipeline.error_templates import unknown_templates_of_run
+from pipeline.error_templates import caught_errors_of_run, unknown_templates_of_run
 from pipeline.report import evidence, signals
 from pipeline.report.advice import by_episode
 from pipeline.report.episodes import Episode, load_episodes
 from pipeline.report.labels import COMPLETENESS_LABELS, CONFIG_LABELS
 from pipeline.report.samples import RunSamples, load_samples
 from pipeline.report.warehouse import add_views, by_run, columns, connect, firsts, rows, series, table_rows
+from pipeline.vocabulary import NOT_FAILED
 
 MAX_EARLIER_RUNS = 10
 
@@ -49,6 +50,7 @@ class RunReportData:
     validation: list[signals.Validation] = field(default_factory=list)
     samples: RunSamples = field(default_factory=lambda: RunSamples([], 0))
     unknown_templates: list[dict[str, Any]] = field(default_factory=list)
+    caught_errors: list[dict[str, Any]] = field(default_factory=list)  # errors a run no error ended went on from
 
 
 def load_runs(warehouse: str | Path, run_ids: list[str]) -> Iterator[RunReportData]:
@@ -68,6 +70,8 @@ def load_runs(warehouse: str | Path, run_ids: list[str]) -> Iterator[RunReportDa
         errors = read.errors[run_id]
         if errors["unnamed"] and not errors["named"]:
             data.unknown_templates = _unknown_errors(warehouse, run_id)
+        if data.summary.get("failure_class") in NOT_FAILED + ("hang",):
+            data.caught_errors = caught_errors_of_run(warehouse, run_id)
         yield data
 
 

@@ -69,6 +69,13 @@ def _scopes(b: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _nan_steps(h: dict[str, np.ndarray]) -> np.ndarray:
+    """The steps whose logged values include a NaN/inf (step_health.has_nan)."""
+    if "has_nan" not in h or "step" not in h:
+        return np.array([])
+    return h["step"][h["has_nan"] > 0]
+
+
 def _charts(data: RunReportData) -> dict[str, Any]:
     steps = data.phases.get("step", np.array([]))
     phase_series = {p: data.phases[p] for p in STEP_PHASES if p in data.phases}
@@ -78,7 +85,8 @@ def _charts(data: RunReportData) -> dict[str, Any]:
         "phase_chart": charts.phase_chart(steps, phase_series),
         "health_chart": charts.health_chart(
             data.health.get("step", np.array([])), health_panels(data.health),
-            [(e.first_step, e.last_step, e.anomaly_class) for e in data.episodes], data.anomaly_steps),
+            [(e.first_step, e.last_step, e.anomaly_class) for e in data.episodes], data.anomaly_steps,
+            _nan_steps(data.health)),
     }
 
 

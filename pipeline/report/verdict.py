@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from pipeline.report.formats import fmt_duration, fmt_num
-from pipeline.report.labels import CLASS_LABELS, STOP_WORDS, TRAINING_LABELS
+from pipeline.report.labels import CLASS_LABELS, STOP_WORDS, TRAINING_LABELS, outcome_label
 
 EXCEPTION_RE = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Interrupt))\b")
 
@@ -25,7 +25,7 @@ def verdict(summary: dict[str, Any], n_episodes: int) -> dict[str, str]:
     elif cls in ("interrupted", "no_outcome"):
         tone, head, sentence = "warn", CLASS_LABELS[cls], _cut_short(summary, cls)
     else:
-        tone, head, sentence = "bad", CLASS_LABELS.get(cls, cls), _failed(summary, cls)
+        tone, head, sentence = "bad", outcome_label(cls, summary.get("failure_detail")), _failed(summary, cls)
     outcome = summary.get("training_outcome")
     if outcome in TRAINING_LABELS:
         # a training failure sets the verdict whatever the log's end: it leads, the ending follows
@@ -39,12 +39,17 @@ def verdict(summary: dict[str, Any], n_episodes: int) -> dict[str, str]:
 
 def _completed(s: dict[str, Any], n_episodes: int) -> tuple[str, str, str]:
     last, expected, wall = s.get("last_step"), s.get("expected_steps"), s.get("wall_time_s")
-    steps = f"{fmt_num(last)} of {fmt_num(expected)} steps" if expected else f"{fmt_num(last)} steps"
     took = f" in {fmt_duration(wall)}" if wall else ""
+    if not s.get("n_steps") and not last:  # an excerpt of the run's end: no step line to count
+        done = f"Completed{took}; the log shows no step, so the last step is unknown"
+    elif expected:
+        done = f"Completed {fmt_num(last)} of {fmt_num(expected)} steps{took}"
+    else:
+        done = f"Completed {fmt_num(last)} steps{took}"
     if n_episodes:
         episodes = _plural(n_episodes, "anomaly episode")
-        return "warn", f"Completed with {episodes}", f"Completed {steps}{took}; {episodes} to review"
-    return "ok", "Healthy", f"Completed {steps}{took} with no anomalies"
+        return "warn", f"Completed with {episodes}", f"{done}; {episodes} to review"
+    return "ok", "Healthy", f"{done}{'; no anomalies' if done.endswith('unknown') else ' with no anomalies'}"
 
 
 def _hung(s: dict[str, Any]) -> tuple[str, str, str]:
@@ -66,7 +71,7 @@ def _cut_short(s: dict[str, Any], cls: str) -> str:
 
 
 def _failed(s: dict[str, Any], cls: str) -> str:
-    label = CLASS_LABELS.get(cls, cls)
+    label = outcome_label(cls, s.get("failure_detail"))
     if cls == "python_exception":
         found = EXCEPTION_RE.search(s.get("root_cause_text") or "")
         label = found.group(1) if found else label
