@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from pipeline.credentials import mask_config, mask_secrets
 
 from .lines import true_mask
 
@@ -160,6 +163,39 @@ def _get(cfg: dict, path: tuple[str, ...]) -> Any:
 # a W&B run folder's copy of the config the run logged (verl logs its whole config to W&B)
 WANDB_CONFIG = re.compile(r"(?:^|/)wandb/(?:offline-)?run-[^/]+/files/config\.yaml$|^files/config\.yaml$")
 WANDB_CONFIG_MAX_BYTES = 8 << 20
+# values in a parsed config as its JSON writes them out: YAML aliases let a few hundred bytes name 10^8 of them
+MAX_CONFIG_VALUES = 1_000_000
+INT64_RANGE = (-(2**63), 2**63 - 1)
+
+
+def expanded_size(value: Any, limit: int) -> int:
+    """How many values (containers and scalars) `value` holds written out, a container reached twice (a YAML
+    alias) counted each time; counting stops past `limit`, and a container that holds itself counts as more."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(v: Any) -> int:
+        if not isinstance(v, dict | list | tuple):
+            return 1
+        key = id(v)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            return limit + 1
+        open_.add(key)
+        total = 1
+        for child in v.values() if isinstance(v, dict) else v:
+            total += size(child)
+            if total > limit:
+                break
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    try:
+        return size(value)
+    except RecursionError:
+        return limit + 1
 
 
 def wandb_config(data: bytes, name: str, problems: list[str]) -> dict | None:
@@ -176,27 +212,57 @@ def wandb_config(data: bytes, name: str, problems: list[str]) -> dict | None:
         return None
     if not isinstance(doc, dict):
         return None
+    if expanded_size(doc, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+        problems.append(f"{name}: W&B config holds more than {MAX_CONFIG_VALUES:,} values written out "
+                        "(YAML aliases repeating a value?): not read as the config")
+        return None
     return {k: v.get("value") if isinstance(v, dict) and "value" in v else v
             for k, v in doc.items() if not str(k).startswith("_")}
 
 
-def config_facts(cfg: dict | None, total_steps_line: int | None) -> dict[str, Any]:
-    """The `runs` config columns from a resolved config and the `Total training steps: N` line."""
+def _number(v: Any, whole: bool) -> int | float | None:
+    """`v` as a float, or as a whole number in int64's range (`whole`); None for anything else (text, bool,
+    inf or NaN as a whole number, a number out of range)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    if not whole:
+        try:
+            return float(v)
+        except OverflowError:
+            return None
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    n = int(v)
+    return n if INT64_RANGE[0] <= n <= INT64_RANGE[1] else None
+
+
+def config_facts(cfg: dict | None, total_steps_line: int | None, problems: list[str] | None = None) -> dict[str, Any]:
+    """The `runs` config columns from a resolved config and the `Total training steps: N` line.
+
+    A number the column cannot hold (inf as a count, 10^20, 1e300) becomes null, with a problem in `problems`;
+    `config_json` holds the config with its credentials masked.
+    """
+    problems = [] if problems is None else problems
+
+    def number(v: Any, whole: bool, where: str) -> int | float | None:
+        n = _number(v, whole)
+        if n is None and isinstance(v, int | float) and not isinstance(v, bool):
+            problems.append(f"config {where} = {str(v)[:40]} is out of range: kept as null")
+        return n
+
     facts: dict[str, Any] = {k: None for k in CONFIG_FIELDS}
     if cfg is not None:
         for col, path in CONFIG_FIELDS.items():
             v = _get(cfg, path)
             if col in STRING_FIELDS:
-                facts[col] = None if v is None else str(v)
-            elif col in FLOAT_FIELDS:
-                facts[col] = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+                facts[col] = None if v is None else mask_secrets(str(v))
             else:
-                facts[col] = int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+                facts[col] = number(v, col not in FLOAT_FIELDS, ".".join(path))
     # verl writes the total it computed into the optimizer's config before logging the config to W&B
     optim_total = _get(cfg or {}, ("actor_rollout_ref", "actor", "optim", "total_training_steps"))
     if facts["total_training_steps"] is None and isinstance(optim_total, int) and optim_total > 0:
-        facts["total_training_steps"] = optim_total
+        facts["total_training_steps"] = number(optim_total, True, "actor_rollout_ref.actor.optim.total_training_steps")
     if total_steps_line is not None:
-        facts["total_training_steps"] = total_steps_line
-    facts["config_json"] = None if cfg is None else json.dumps(cfg, default=str, sort_keys=True)
+        facts["total_training_steps"] = number(total_steps_line, True, "'Total training steps' line")
+    facts["config_json"] = None if cfg is None else json.dumps(mask_config(cfg), default=str, sort_keys=True)
     return facts

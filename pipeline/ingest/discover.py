@@ -5,12 +5,13 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import stat
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .readers import MARKER_NAMES, entry_stem
+from .readers import MARKER_NAMES, entry_stem, file_kind, open_regular
 from .roles import NOT_LOGS, role_of
 
 END_MARKERS = re.compile(
@@ -94,8 +95,10 @@ def _dir_stats(path: Path) -> tuple[int, float, list[Path]]:
         for fn in filenames:
             p = Path(dirpath) / fn
             try:
-                st = p.stat()
+                st = p.lstat()
             except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):  # a link, a FIFO, a device: ingest does not read it either
                 continue
             size += st.st_size
             mtime = max(mtime, st.st_mtime)
@@ -109,13 +112,13 @@ def _tail(path: Path, gz: bool) -> bytes:
             if path.stat().st_size > GZ_TAIL_SCAN_LIMIT:
                 return b""
             tail = b""
-            with gzip.open(path, "rb") as fh:
+            with open_regular(path) as raw, gzip.GzipFile(fileobj=raw, mode="rb") as fh:
                 while chunk := fh.read(1 << 20):
                     tail = (tail + chunk)[-TAIL_BYTES:]
             return tail
-        with open(path, "rb") as fh:
-            fh.seek(max(0, path.stat().st_size - TAIL_BYTES))
-            return fh.read()
+        with open_regular(path) as fh:  # a FIFO would block, a device never end
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - TAIL_BYTES))
+            return fh.read(TAIL_BYTES)
     except (OSError, EOFError, zlib.error):
         return b""
 
@@ -176,9 +179,17 @@ def discover_runs(root: str | Path, quiet_period_s: float = 600, now: float | No
         path = root / name
         if name.startswith(".") or name in MARKER_NAMES or name.endswith(tuple(MARKER_NAMES)):
             continue
-        if not (path.is_dir() or path.is_file()):
+        try:
+            mode = path.lstat().st_mode
+        except OSError:
             continue
-        why = not_a_run(name) if path.is_file() else None
+        if stat.S_ISLNK(mode):
+            found.errors.append(f"{name}: a symbolic link: refused, not followed (a run must lie inside the archive)")
+            continue
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            found.errors.append(f"{name}: a {file_kind(mode)}, not a run folder nor a file: skipped, not read")
+            continue
+        why = not_a_run(name) if stat.S_ISREG(mode) else None
         if why:
             found.skipped[name] = why
             continue

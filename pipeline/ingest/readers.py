@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import tarfile
 import zipfile
 import zlib
@@ -70,6 +71,35 @@ def member_name_problem(name: str) -> str | None:
     return None
 
 
+class NotRegularFile(OSError):
+    """A path that is not a regular file (a FIFO, a device, a socket): reading it could block or never end."""
+
+
+def file_kind(mode: int) -> str:
+    """What a file mode says the file is, in words."""
+    for test, kind in ((stat.S_ISREG, "regular file"), (stat.S_ISDIR, "folder"), (stat.S_ISLNK, "symbolic link"),
+                       (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """`path` opened for binary reading if it is a regular file reached without a symbolic link; else
+    NotRegularFile (or the OSError of the open). A FIFO is opened without waiting for a writer, then refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"a {file_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _chunks(
     fh: BinaryIO, name: str, limits: IngestLimits, budget: ByteBudget, problems: list[str]
 ) -> Iterator[bytes]:
@@ -112,7 +142,15 @@ def _dir_files(root: Path, problems: list[str]) -> list[Path]:
         dirnames.sort()
         for fn in sorted(filenames):
             path = Path(dirpath) / fn
-            if fn in MARKER_NAMES or path.is_symlink():
+            try:
+                mode = path.lstat().st_mode
+            except OSError:
+                mode = stat.S_IFREG  # vanished: its open says so
+            if fn in MARKER_NAMES or stat.S_ISLNK(mode):
+                continue
+            if not stat.S_ISREG(mode):
+                problems.append(f"{path.relative_to(root).as_posix()}: a {file_kind(mode)}, not a regular file: "
+                                "skipped, not read")
                 continue
             files.append(path)
     return files
@@ -149,9 +187,12 @@ def iter_files(
 def _iter_single(path: Path, gz: bool, limits, budget, problems) -> Iterator[FileStream]:
     name = path.name[: -len(".gz")] if gz and path.name.endswith(".gz") else path.name
     try:
-        raw = open(path, "rb")  # noqa: SIM115 - closed by the `with raw` below; open errors are reported
+        raw = open_regular(path)  # closed by the `with raw` below; open errors are reported
     except FileNotFoundError:
         problems.append(f"{path.name}: file vanished before it could be read")
+        return
+    except NotRegularFile as exc:
+        problems.append(f"{path.name}: {exc}: not read")
         return
     except OSError as exc:
         problems.append(f"{path.name}: cannot open ({exc})")
@@ -172,9 +213,12 @@ def _iter_dir(root: Path, limits, budget, problems) -> Iterator[FileStream]:
             problems.append(f"{rel}: not read, the decompressed-size limit was reached")
             continue
         try:
-            raw = open(path, "rb")  # noqa: SIM115 - closed by the `with raw` below
+            raw = open_regular(path)  # closed by the `with raw` below
         except FileNotFoundError:
             problems.append(f"{rel}: file vanished during the scan")
+            continue
+        except NotRegularFile as exc:
+            problems.append(f"{rel}: {exc}: skipped, not read")
             continue
         except OSError as exc:
             problems.append(f"{rel}: cannot open ({exc})")

@@ -504,6 +504,22 @@ def _kept(chunks: Iterator[bytes], kept: list[bytes], limit: int) -> Iterator[by
         yield chunk
 
 
+def runs_row(row: dict) -> pa.Table:
+    """The one-row `runs` table of `row`: a value its column cannot hold becomes null, with a problem."""
+    try:
+        return pa.Table.from_pylist([row], schema=RUNS_SCHEMA)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError):
+        pass
+    for column in RUNS_SCHEMA:
+        try:
+            pa.array([row.get(column.name)], column.type)
+        except (pa.ArrowException, OverflowError, ValueError, TypeError) as exc:
+            row["problems"].append(f"runs.{column.name}: {str(row[column.name])[:40]!r} cannot be stored "
+                                   f"({type(exc).__name__}): kept as null")
+            row[column.name] = None
+    return pa.Table.from_pylist([row], schema=RUNS_SCHEMA)
+
+
 def ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits | None = None) -> IngestResult:
     """Ingest one run entry into the lake: `runs`, `log_lines`, `step_metrics` partitions, each replaced atomically.
 
@@ -535,7 +551,10 @@ def _ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits) ->
         t = job.totals
         if t.n_lines == 0 and n_values == 0:
             job.problems.append("empty run: no lines were read")
-        facts = config_facts(t.config, t.total_steps)
+        facts = config_facts(t.config, t.total_steps, job.problems)
+        wandb_facts = job.wandb.run_facts()
+        wandb_times = job.wandb.started_at, job.wandb.ended_at
+        job.problems.extend(job.wandb.problems)
         row = {
             "source_path": str(entry.path),
             "archive_form": entry.form,
@@ -551,20 +570,18 @@ def _ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits) ->
             "n_segments": t.max_segment + 1,
             "problems": list(job.problems),
             # a W&B capture prints no times of its own: the run's start and last log as W&B saw them
-            "first_ts": t.first_ts if t.first_ts is not None else job.wandb.started_at,
-            "last_ts": t.last_ts if t.last_ts is not None else job.wandb.ended_at,
+            "first_ts": t.first_ts if t.first_ts is not None else wandb_times[0],
+            "last_ts": t.last_ts if t.last_ts is not None else wandb_times[1],
             "mtime": datetime.fromtimestamp(entry.mtime) if entry.mtime else None,
             # to the microsecond: it names this ingest, and run_summary carries it (incremental.is_unchanged)
             "ingested_at": datetime.now(),
             **facts,
             "verl_format": _verl_format(t),
             "ingest_version": INGEST_VERSION,
-            **job.wandb.run_facts(),
+            **wandb_facts,
             "file_roles": job.file_roles,
         }
-        runs_path = write_run_table(
-            warehouse, "runs", entry.run_id, pa.Table.from_pylist([row], schema=RUNS_SCHEMA)
-        )
+        runs_path = write_run_table(warehouse, "runs", entry.run_id, runs_row(row))
     finally:
         job.parse_pool.shutdown(wait=True)
         job.write_pool.shutdown(wait=True)

@@ -35,21 +35,28 @@ RUN_FIELDS = pa.schema([
 ])
 
 
+INT64_MAX = 2**63 - 1
+
+
 def _utc(text: Any) -> datetime | None:
-    """A naive UTC datetime from W&B's ISO 8601 text (`2025-11-04T19:23:11.445593Z` or without `Z`)."""
+    """A naive UTC datetime from W&B's ISO 8601 text (`2025-11-04T19:23:11.445593Z` or without `Z`); None for
+    text that is no such time or one out of datetime's range in UTC (`0001-01-01T00:00:00+01:00`)."""
     if not isinstance(text, str):
         return None
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
+        return when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when
+    except (ValueError, OverflowError):
         return None
-    return when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when
 
 
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer past 1.8e308
+        return None
 
 
 @dataclass
@@ -60,6 +67,7 @@ class WandbFiles:
     run_folder: str | None = None
     metadata: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # values run_facts could not take, each kept as null
 
     @staticmethod
     def wants(name: str) -> bool:
@@ -88,18 +96,32 @@ class WandbFiles:
         else:
             self.summary = doc
 
+    def _bad(self, what: str, value: Any) -> None:
+        note = f"W&B {what} {str(value)[:40]!r} is out of range: kept as null"
+        if note not in self.problems:
+            self.problems.append(note)
+
     @property
     def started_at(self) -> datetime | None:
         """When W&B started the run (UTC)."""
-        return _utc(self.metadata.get("startedAt"))
+        text = self.metadata.get("startedAt")
+        when = _utc(text)
+        if when is None and text is not None:
+            self._bad("startedAt", text)
+        return when
 
     @property
     def runtime_s(self) -> float | None:
-        """Seconds the run lasted, as W&B counted them."""
+        """Seconds the run lasted, as W&B counted them (null when no duration can be that long)."""
         runtime = _number(self.summary.get("_runtime"))
         inner = self.summary.get("_wandb")
         if runtime is None and isinstance(inner, dict):
             runtime = _number(inner.get("runtime"))
+        try:
+            timedelta(seconds=runtime or 0)
+        except OverflowError:
+            self._bad("_runtime", runtime)
+            return None
         return runtime
 
     @property
@@ -107,9 +129,16 @@ class WandbFiles:
         """The last log W&B received (`_timestamp`), else the start plus the runtime (UTC)."""
         stamp = _number(self.summary.get("_timestamp"))
         if stamp is not None and math.isfinite(stamp):
-            return datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None)
-        if self.started_at is not None and self.runtime_s is not None:
-            return self.started_at + timedelta(seconds=self.runtime_s)
+            try:
+                return datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None)
+            except (OverflowError, ValueError, OSError):
+                self._bad("_timestamp", stamp)
+        started, runtime = self.started_at, self.runtime_s
+        if started is not None and runtime is not None:
+            try:
+                return started + timedelta(seconds=runtime)
+            except OverflowError:
+                self._bad("_runtime", runtime)
         return None
 
     def final_metrics(self) -> dict[str, float]:
@@ -127,6 +156,9 @@ class WandbFiles:
         if not self.found:
             return {f.name: None for f in RUN_FIELDS}
         step = self.summary.get("_step")
+        if isinstance(step, int) and not isinstance(step, bool) and not -INT64_MAX <= step <= INT64_MAX:
+            self._bad("_step", step)
+            step = None
         host = self.metadata.get("host")
         return {
             "wandb_run": self.run_folder,

@@ -1,0 +1,60 @@
+"""Credentials a log may print (API keys, tokens, passwords), masked wherever text leaves `log_lines`.
+
+`log_lines` keeps every line as it was read; what is derived from it (a table's text column, the config
+in `runs.config_json`, a report, a mail, a Dagster event) carries `mask_secrets` of the text instead.
+The patterns are read by Python's `re` and by RE2 (DuckDB's `regexp_replace`, the `mask_secrets` macro
+that `sql_macro` defines), so they use neither look-arounds nor back-references.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "***"
+# a key whose value is a credential: `*_KEY`, `*_TOKEN`, `*_SECRET` (api_key, WANDB_API_KEY, HF_TOKEN, ...), password
+_KEY = r"(?i)(\b[A-Za-z0-9_.-]*(?:_key|_token|_secret)|\bpassword|\bpasswd)"
+# (pattern, replacement), applied in this order
+SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"\bhf_[A-Za-z0-9]{30,}", "hf_" + MASK),  # Hugging Face token
+    (r"\bsk-[A-Za-z0-9-]{20,}", "sk-" + MASK),  # OpenAI-style secret key
+    (r"\bAKIA[0-9A-Z]{16}", "AKIA" + MASK),  # AWS access key id
+    # a W&B API key (40 hex digits) after its name, whatever separates them
+    (r"(?i)(\b(?:WANDB_)?API_KEY\W{1,4})[0-9a-f]{40}\b", r"\1" + MASK),
+    (_KEY + r"""(['"]?\s*[:=]\s*)(['"])[^'"]*""", r"\1\2\3" + MASK),  # key: 'value', "key": "value"
+    (_KEY + r"""(\s*[:=]\s*)[^\s'",;)}\]]+""", r"\1\2" + MASK),  # key=value, key: value
+)
+_COMPILED = tuple((re.compile(p), r) for p, r in SECRET_PATTERNS)
+_CREDENTIAL_KEY = re.compile(_KEY + "$")
+
+
+def mask_secrets(text: str | None) -> str | None:
+    """`text` with every credential the patterns know replaced by `***` (None stays None)."""
+    if not text:
+        return text
+    for pattern, replacement in _COMPILED:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def mask_config(value: Any) -> Any:
+    """A parsed config (dicts, lists, scalars) with the value of every credential key masked and every string
+    passed through `mask_secrets`: the JSON written from it stays valid JSON."""
+    if isinstance(value, dict):
+        return {k: MASK if isinstance(k, str) and _CREDENTIAL_KEY.match(k) and v not in (None, "")
+                else mask_config(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_config(v) for v in value]
+    return mask_secrets(value) if isinstance(value, str) else value
+
+
+def sql_macro() -> str:
+    """DDL of the DuckDB macro `mask_secrets(text)`: the same patterns, applied in the same order."""
+    expr = "text"
+    for pattern, replacement in SECRET_PATTERNS:
+        expr = f"regexp_replace({expr}, {_sql_string(pattern)}, {_sql_string(replacement)}, 'g')"
+    return f"create or replace temp macro mask_secrets(text) as {expr}"
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
