@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from email.message import EmailMessage
 
+from pipeline.credentials import mask_secrets
 from pipeline.report.labels import CLASS_LABELS
 from pipeline.vocabulary import NOT_FAILED
 
@@ -18,7 +19,7 @@ def pipeline_failure_message(dagster_run, failure_event, smtp) -> EmailMessage:
     msg.set_content(
         f"The verl-health job {dagster_run.job_name} failed.\n\n"
         f"Dagster run: {dagster_run.run_id}\n"
-        f"Reason: {reason}\n"
+        f"Reason: {mask_secrets(reason)}\n"
     )
     return msg
 

@@ -24,13 +24,16 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
     (_KEY + r"""(['"]?\s*[:=]\s*)(['"])[^'"]*""", r"\1\2\3" + MASK),  # key: 'value', "key": "value"
     (_KEY + r"""(\s*[:=]\s*)[^\s'",;)}\]]+""", r"\1\2" + MASK),  # key=value, key: value
 )
+# what every pattern's match contains: text without it is passed on untouched, unsearched
+_HINT = r"(?i)hf_|sk-|AKIA|key|token|secret|passw"
 _COMPILED = tuple((re.compile(p), r) for p, r in SECRET_PATTERNS)
+_HINTED = re.compile(_HINT)
 _CREDENTIAL_KEY = re.compile(_KEY + "$")
 
 
 def mask_secrets(text: str | None) -> str | None:
     """`text` with every credential the patterns know replaced by `***` (None stays None)."""
-    if not text:
+    if not text or not _HINTED.search(text):
         return text
     for pattern, replacement in _COMPILED:
         text = pattern.sub(replacement, text)
@@ -53,7 +56,8 @@ def sql_macro() -> str:
     expr = "text"
     for pattern, replacement in SECRET_PATTERNS:
         expr = f"regexp_replace({expr}, {_sql_string(pattern)}, {_sql_string(replacement)}, 'g')"
-    return f"create or replace temp macro mask_secrets(text) as {expr}"
+    return (f"create or replace temp macro mask_secrets(text) as "
+            f"case when regexp_matches(text, {_sql_string(_HINT)}) then {expr} else text end")
 
 
 def _sql_string(text: str) -> str:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import lake, tables
+from pipeline.credentials import sql_macro
 from pipeline.error_templates import NAME as ERROR_TEMPLATES
 from pipeline.error_templates import register_line_templates
 from pipeline.isolation import NOT_ANALYSED, SUMMARY
@@ -130,6 +131,24 @@ def sql_text(name: str) -> str:
     return (SQL_DIR / f"{name}.sql").read_text()
 
 
+_TEXT_COLUMNS: dict[str, list[str]] = {}  # per query, its text columns: the same whatever the rows
+
+
+def masked_sql(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None) -> str:
+    """`sql/<name>.sql` with each text column of its rows passed through `mask_secrets` (pipeline/credentials.py):
+    a line's credentials stay in `log_lines` and reach no derived table, report or mail."""
+    sql = sql_text(name)
+    if sql not in _TEXT_COLUMNS:
+        rel = con.sql(sql, params=params).limit(0)
+        _TEXT_COLUMNS[sql] = [c for c, t in zip(rel.columns, rel.types, strict=True)
+                              if str(t) == "VARCHAR" and c != "run_id"]
+    if not _TEXT_COLUMNS[sql]:
+        return sql
+    quoted = ['"' + c.replace('"', '""') + '"' for c in _TEXT_COLUMNS[sql]]
+    masked = ", ".join(f"mask_secrets({c}) as {c}" for c in quoted)
+    return f"select * replace ({masked}) from (\n{sql}\n)"
+
+
 def _connect(warehouse: str | Path, names: Iterable[str], run_ids: list[str] | None = None) -> duckdb.DuckDBPyConnection:
     """A connection with a view per table that the SQL files `names` read, as `lake.connect` makes them; with
     `run_ids`, per-run tables hold those runs' partitions (binding a view reads every file's footer)."""
@@ -138,6 +157,7 @@ def _connect(warehouse: str | Path, names: Iterable[str], run_ids: list[str] | N
     scratch = Path(warehouse) / ".duckdb-tmp"
     con = duckdb.connect(config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": str(scratch)})
     con.execute("set enable_progress_bar = false")
+    con.execute(sql_macro())
     # only the tables the SQL reads get a view: binding a view reads every file's footer; a table that one of
     # `names` writes gets its view once written (each SQL reads only tables written before it)
     for table in dict.fromkeys(t for name in names for t in tables.table(name).reads if t not in names):
@@ -189,7 +209,7 @@ def _write_query(con: duckdb.DuckDBPyConnection, name: str, params: dict, stagin
     The count is DuckDB's (RETURN_FILES costs nothing; RETURN_STATS would double the write's CPU).
     """
     count, files = con.execute(
-        f"copy ({sql_text(name)}\n) to {lake.sql_literal(staging)} (format parquet, partition_by (run_id), "
+        f"copy ({masked_sql(con, name, params)}\n) to {lake.sql_literal(staging)} (format parquet, partition_by (run_id), "
         "compression zstd, filename_pattern 'part-{i}', return_files)",
         params,
     ).fetchone()
@@ -285,7 +305,7 @@ def derive_run_tables(
 def _fleet_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str) -> int:
     if name == ERROR_TEMPLATES:  # its SQL reads what Drain3 mined from the messages
         register_line_templates(con)
-    data = con.sql(sql_text(name)).to_arrow_table()
+    data = con.sql(masked_sql(con, name)).to_arrow_table()
     lake.write_fleet_table(warehouse, name, data)
     _refresh_view(con, warehouse, name)
     return data.num_rows

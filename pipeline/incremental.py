@@ -16,7 +16,7 @@ INGEST_TABLES = tables.names(writer=tables.INGEST)  # what ingest writes per run
 REINGEST_TAG = "verl-health/reingest"
 MTIME_TOLERANCE_S = 1e-3
 # What `runs.ingest_version` records; a run ingested by an older version is ingested again.
-INGEST_VERSION = 4  # 4: W&B run facts, file roles, TensorBoard scalars (event files no longer read as text)
+INGEST_VERSION = 5  # 4: W&B run facts, file roles, TensorBoard scalars; 5: credentials masked in config_json
 # The `runs` column that names one ingest of a run (its time, to the microsecond); run_summary carries it
 INGEST_ID = "ingested_at"
 

@@ -17,6 +17,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from pipeline.credentials import mask_secrets
+
 from .discover import RunEntry
 from .readers import IngestLimits
 from .run import IngestResult, ingest_run
@@ -32,7 +34,7 @@ def _ingest_one(entry: RunEntry, warehouse: str | Path, limits: IngestLimits) ->
     try:
         return entry.run_id, ingest_run(entry, warehouse, limits), None
     except Exception as exc:  # one run's failure (a full disk, a bug) must not stop the others
-        return entry.run_id, None, f"{type(exc).__name__}: {exc}"
+        return entry.run_id, None, mask_secrets(f"{type(exc).__name__}: {exc}")
 
 
 def _ingest_chunk(entries: list[RunEntry], warehouse: str | Path, limits: IngestLimits) -> list[Outcome]:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.credentials import mask_secrets
 from pipeline.incremental import INGEST_VERSION
 from pipeline.lake import RunBatchWriter, run_partition_dir, swap_into_place, write_run_table
 
@@ -555,6 +556,7 @@ def _ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits) ->
         wandb_facts = job.wandb.run_facts()
         wandb_times = job.wandb.started_at, job.wandb.ended_at
         job.problems.extend(job.wandb.problems)
+        job.problems[:] = [mask_secrets(p) for p in job.problems]  # an exception's text may quote a line
         row = {
             "source_path": str(entry.path),
             "archive_form": entry.form,

@@ -7,28 +7,40 @@ from typing import Any
 
 import duckdb
 
+from pipeline.credentials import mask_secrets
 from pipeline.error_templates import FURNITURE
 from pipeline.ingest.roles import role_of
 from pipeline.report.warehouse import by_run, columns, rows
 
 CONTEXT_LINES = 6
 FOLDED_STEP_LINE = 160
+SHOWN_LINE_CHARS = 4000  # a longer line (up to ingest's 64 MiB) is shown cut, with its length
 MAX_ERROR_EVENTS = 12
 MAX_FILES = 50
 # traceback frames and their source lines are in the excerpt: the event table lists events, not frames
 FRAME_EVENTS = ("traceback_frame", "traceback_code", "chained_exception")
 
 
+def shown_line(text: str | None, n_chars: int | None = None) -> str:
+    """A log line of `n_chars` characters (default: all of `text`) as a report shows it: cut to
+    SHOWN_LINE_CHARS characters, credentials masked."""
+    text = text or ""
+    n_chars = len(text) if n_chars is None else n_chars
+    if n_chars > SHOWN_LINE_CHARS:
+        text = f"{text[:SHOWN_LINE_CHARS]} … (cut: {n_chars:,} characters)"
+    return mask_secrets(text)
+
+
 def causal_line(summary: dict[str, Any]) -> dict[str, Any] | None:
     """The line that explains the end (its root cause), else the last line of a run that did not complete."""
     if summary.get("root_cause_text") or summary.get("root_cause_line_no") is not None:
         return {"file": summary.get("root_cause_file"), "line_no": summary.get("root_cause_line_no"),
-                "text": summary.get("root_cause_text") or "", "kind": "cause",
+                "text": shown_line(summary.get("root_cause_text")), "kind": "cause",
                 "role": file_role(summary, summary.get("root_cause_file"))}
     if (summary.get("failure_class") != "completed" and summary.get("last_line_no") is not None
             and summary.get("last_line_file")):
         return {"file": summary.get("last_line_file"), "line_no": summary.get("last_line_no"),
-                "text": summary.get("last_line_text") or "", "kind": "last_line",
+                "text": shown_line(summary.get("last_line_text")), "kind": "last_line",
                 "role": file_role(summary, summary.get("last_line_file"))}
     return None
 
@@ -41,19 +53,23 @@ def context_lines(con: duckdb.DuckDBPyConnection,
               if line and line["file"] and line["line_no"] is not None}
     if not wanted or not columns(con, "log_lines"):
         return {}
-    return by_run(rows(
+    found = rows(
         con,
         "select l.run_id, l.line_no, l.kind, l.line_no = w.line_no as is_cause, "
         "case when l.kind = 'step_metrics' and length(l.text) > $fold "
         "then left(l.text, $fold) || format(' … ({} metrics)', length(l.text) - length(replace(l.text, ' - ', '')) // 3) "
-        "else l.text end as text from log_lines l "
+        "else left(l.text, $cut) end as text, length(l.text) as n_chars from log_lines l "
         "join (select unnest($runs) as run_id, unnest($files) as file, unnest($line_nos) as line_no) w "
         "on l.run_id = w.run_id and l.file = w.file and l.line_no between w.line_no - $n and w.line_no + $n "
         "order by l.run_id, l.line_no",
         {"runs": list(wanted), "files": [line["file"] for line in wanted.values()],
          "line_nos": [int(line["line_no"]) for line in wanted.values()], "n": CONTEXT_LINES,
-         "fold": FOLDED_STEP_LINE},
-    ))
+         "fold": FOLDED_STEP_LINE, "cut": SHOWN_LINE_CHARS},
+    )
+    for r in found:
+        n_chars = r.pop("n_chars")
+        r["text"] = shown_line(r["text"], None if r["kind"] == "step_metrics" else n_chars)
+    return by_run(found)
 
 
 def error_events(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:

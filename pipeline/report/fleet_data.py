@@ -11,6 +11,7 @@ from typing import Any
 import duckdb
 
 from pipeline import lake, vocabulary
+from pipeline.report.evidence import shown_line
 from pipeline.report.warehouse import clean, rows, table_rows
 
 FAILED_CLASSES = vocabulary.FAILED_CLASSES
@@ -154,7 +155,7 @@ def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> Fl
         episodes=int(a.get("episodes") or 0),
         anomalous_steps=int(a.get("steps") or 0),
         top_anomaly=a.get("top"),
-        root_cause_text=str(r.get("root_cause_text") or ""),
+        root_cause_text=shown_line(r.get("root_cause_text")),
         regression=regression(base),
         analysis_error=str(r.get("analysis_error") or ""),
         training_outcome=r.get("training_outcome"),
