@@ -24,9 +24,10 @@ from pipeline.assets import (
 )
 from pipeline.assets.report import DAY_TAG, MAIL_TAG
 from pipeline.dagster_storage import plan_ranges_in_one_event, skip_flush_under
+from pipeline.detect.warehouse import discard_damaged_model
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.isolation import not_analysed
-from pipeline.lake import connect, refresh_catalog
+from pipeline.lake import connect, refresh_catalog, table_source
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.quality import model_age_days, model_refit_due
 from pipeline.resources import bound_resources
@@ -191,8 +192,12 @@ def analyze_archive(
     for stretch in ranges:
         ingest_tags = {**partition_tags(stretch), REINGEST_TAG: "true"} if force else partition_tags(stretch)
         _run(RUN_BEFORE_MODEL, ingest_tags)
-    fit = refit or (bool(ordered) and model_refit_due(model_age_days(warehouse)))
-    if ordered or fit:
+    damaged_model = discard_damaged_model(warehouse)
+    fit = refit or (bool(ordered or unchanged) and damaged_model) or (
+        bool(ordered) and model_refit_due(model_age_days(warehouse)))
+    # a fleet table deleted or damaged since the last analysis is rebuilt even when no run changed
+    fleet_gone = bool(ordered or unchanged) and any(table_source(warehouse, t) is None for t in FLEET_BEFORE_MODEL)
+    if ordered or fit or fleet_gone:
         say("fitting the anomaly model on the fleet" if fit else "updating the fleet tables")
         _run([*FLEET_BEFORE_MODEL, MODEL] if fit else FLEET_BEFORE_MODEL)
     if ordered:

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from pipeline import tables
 from pipeline.isolation import NOT_ANALYSED
-from pipeline.lake import run_partition_dir
+from pipeline.lake import parquet_readable, partition_readable, run_partition_dir
 
 INGEST_TABLES = tables.names(writer=tables.INGEST)  # what ingest writes per run
 # A Dagster run tag: ingest every requested run again, even one whose archive entry has not changed.
@@ -26,7 +26,7 @@ def _first_row(warehouse: str | Path, table: str, run_id: str, columns: list[str
     or it cannot be read."""
     folder = run_partition_dir(warehouse, table, run_id)
     part = next(iter(sorted(folder.glob("*.parquet"))), None) if folder.is_dir() else None
-    if part is None:
+    if part is None or not parquet_readable(part):  # missing, or cut short: the run is redone
         return None
     try:
         parquet = pq.ParquetFile(part)
@@ -56,12 +56,12 @@ def ingest_is_current(entry, warehouse: str | Path) -> bool:
         return False
     if abs(recorded[1] - entry.mtime) > MTIME_TOLERANCE_S:
         return False
-    return all(run_partition_dir(warehouse, t, entry.run_id).is_dir() for t in INGEST_TABLES)
+    return all(partition_readable(run_partition_dir(warehouse, t, entry.run_id)) for t in INGEST_TABLES)
 
 
 def is_unchanged(entry, warehouse: str | Path, reports: str | Path) -> bool:
     """True when `entry` is the same file set as at its last ingest and every per-run output exists and was built
-    from that ingest (a table added since the run was analysed makes it due again).
+    from that ingest (a table added since the run was analysed, or a damaged partition, makes it due again).
 
     `runs.ingested_at` names an ingest; run_summary carries it from the `runs` row it was derived from, and the
     run's report is rendered after every table of the run, so a report older than the ingest is from another.
@@ -72,7 +72,7 @@ def is_unchanged(entry, warehouse: str | Path, reports: str | Path) -> bool:
         return False
     outputs = [run_partition_dir(warehouse, t, entry.run_id) for t in tables.per_run_tables()]
     report = run_report_path(reports, entry.run_id)
-    if not (all(p.is_dir() for p in outputs) and report.is_file()):
+    if not (all(partition_readable(p) for p in outputs) and report.is_file()):
         return False
     ingested = (_first_row(warehouse, "runs", entry.run_id, [INGEST_ID]) or {}).get(INGEST_ID)
     derived = (_first_row(warehouse, "run_summary", entry.run_id, [INGEST_ID]) or {}).get(INGEST_ID)

@@ -151,6 +151,29 @@ def _parquet_files(folder: Path, attempts: int = 3) -> list[Path]:
     return []
 
 
+def parquet_readable(path: str | Path) -> bool:
+    """Whether `path` is a whole Parquet file as far as its ends tell: `PAR1` at both and a footer that fits.
+    A file cut short (a full disk, a kill during a copy) or overwritten fails, at the cost of two small reads."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size < 12:
+                return False
+            head = fh.read(4)
+            fh.seek(size - 8)
+            tail = fh.read(8)
+    except OSError:
+        return False
+    return head == b"PAR1" and tail[4:] == b"PAR1" and int.from_bytes(tail[:4], "little") <= size - 12
+
+
+def partition_readable(folder: Path) -> bool:
+    """Whether a per-run partition folder holds Parquet files and each is readable: an unreadable one
+    counts as missing, so its run is analysed again."""
+    files = _parquet_files(folder)
+    return bool(files) and all(parquet_readable(f) for f in files)
+
+
 def a_run_of(warehouse: str | Path, table: str) -> str | None:
     """A run that has a partition of the per-run `table` (the first by name), or None."""
     folder = table_dir(warehouse, table)
@@ -272,7 +295,8 @@ def table_source(warehouse: str | Path, table: str, run_ids: Iterable[str] | Non
     """
     single = fleet_table_path(warehouse, table)
     if single.is_file():
-        return f"read_parquet({sql_literal(single)})"
+        # an unreadable fleet table is one to rebuild: absent until it is
+        return f"read_parquet({sql_literal(single)})" if parquet_readable(single) else None
     folder = table_dir(warehouse, table)
     if not folder.is_dir():
         return None
@@ -281,7 +305,8 @@ def table_source(warehouse: str | Path, table: str, run_ids: Iterable[str] | Non
             return None
         files = sql_literal(folder / "run_id=*" / "*.parquet")
     else:
-        paths = [p for rid in run_ids for p in _parquet_files(run_partition_dir(warehouse, table, rid))]
+        paths = [p for rid in run_ids for p in _parquet_files(run_partition_dir(warehouse, table, rid))
+                 if parquet_readable(p)]
         if not paths:
             return None
         files = "[" + ", ".join(sql_literal(p) for p in paths) + "]"

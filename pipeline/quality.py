@@ -109,7 +109,10 @@ def model_age_days(warehouse: str | Path, now: float | None = None) -> float | N
     meta = Path(warehouse) / "models" / "anomaly_model.json"
     if not meta.is_file():
         return None
-    fitted = json.loads(meta.read_text()).get("fitted_at_unix")
+    try:
+        fitted = json.loads(meta.read_text()).get("fitted_at_unix")
+    except (OSError, ValueError, AttributeError):  # a damaged description: no model to trust
+        return None
     ref = fitted if fitted is not None else meta.stat().st_mtime
     return ((time.time() if now is None else now) - ref) / 86400.0
 

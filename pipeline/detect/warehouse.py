@@ -164,10 +164,30 @@ def _description(path: Path, fitted: FittedModel, config: AnomalyModelConfig, tr
 
 
 def load_model(warehouse: str | Path) -> FittedModel | None:
-    """The stored model, or None when the warehouse has none yet (or one of an older model version)."""
+    """The stored model, or None when the warehouse has none yet (or one of an older model version, or one
+    that cannot be read)."""
     path, _ = model_paths(warehouse)
-    model = joblib.load(path) if path.exists() else None
+    try:
+        model = joblib.load(path) if path.exists() else None
+    except Exception:  # noqa: BLE001 - a damaged pickle raises whatever its bytes make the unpickler do
+        model = None
     return model if isinstance(model, FittedModel) and hasattr(model, "floor") else None
+
+
+def discard_damaged_model(warehouse: str | Path) -> bool:
+    """Remove a stored model whose file no longer has the fingerprint its description recorded (cut short,
+    overwritten), or whose description cannot be read, so that it is fitted again; True when one was removed."""
+    path, meta_path = model_paths(warehouse)
+    if not path.exists() and not meta_path.exists():
+        return False
+    try:
+        intact = hashlib.sha256(path.read_bytes()).hexdigest()[:16] == json.loads(meta_path.read_text())["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        intact = False
+    if not intact:
+        path.unlink(missing_ok=True)
+        meta_path.unlink(missing_ok=True)
+    return not intact
 
 
 def _write_partitions(warehouse, result: pd.DataFrame, run_ids: list[str]) -> None:
