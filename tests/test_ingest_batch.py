@@ -4,9 +4,15 @@ here; results come in the batch's order, a failed run's with why."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
+import time
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 from operate_support import fail_ingest_of, write_run
 
@@ -87,3 +93,52 @@ def test_a_big_run_stays_here_and_runs_of_a_dead_worker_are_ingested_here(tmp_pa
     for rid in ("run-a", "run-b", "run-d"):
         assert got[rid][1] is None and got[rid][0].n_lines == RUNS[rid]
         assert len(_tables(tmp_path / "wh", rid)[0]) == RUNS[rid]
+
+
+PARENT = """
+import sys
+from pipeline.ingest import IngestLimits, discover_runs
+from pipeline.ingest.batch import ingest_batch
+entries = discover_runs(sys.argv[1], quiet_period_s=0).entries
+for _ in ingest_batch(entries, sys.argv[2], IngestLimits(), workers=2):
+    pass
+"""
+
+
+def _pool_workers(pid: int) -> list[psutil.Process]:
+    """The spawned worker processes started by `pid` (not its resource tracker)."""
+    try:
+        children = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return []
+    return [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+
+
+def test_workers_end_when_their_parent_is_killed(tmp_path):
+    """`kill -9` of a process ingesting 160 runs over two workers: the workers end within seconds instead of
+    finishing their chunks, re-parented, and no partition is written once they are gone."""
+    archive, warehouse = tmp_path / "archive", tmp_path / "wh"
+    for i in range(160):
+        write_run(archive, f"run-{i:03d}", steps=400)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(archive), str(warehouse)],
+                              cwd=Path(__file__).resolve().parent.parent)
+    workers: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                len(workers := _pool_workers(parent.pid)) == 2 and len(list(warehouse.glob("runs/run_id=*"))) >= 4):
+            time.sleep(0.05)
+        assert len(workers) == 2, "the pool's workers did not start"
+        parent.kill()
+        parent.wait()
+        gone, alive = psutil.wait_procs(workers, timeout=5)
+        assert alive == [], f"{len(alive)} workers outlived their parent"
+        written = len(list(warehouse.glob("runs/run_id=*")))
+        assert written < 160
+        time.sleep(1)
+        assert len(list(warehouse.glob("runs/run_id=*"))) == written
+    finally:
+        parent.kill()
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -25,6 +27,7 @@ from .run import IngestResult, ingest_run
 
 MIN_RUNS_FOR_POOL = 100
 MAX_POOLED_BYTES = 64 * 2**20
+PARENT_POLL_S = 0.2  # how often a worker checks that the process that started it is alive
 
 # (run_id, what its ingest wrote, or None and why it failed)
 Outcome = tuple[str, IngestResult | None, str | None]
@@ -35,6 +38,18 @@ def _ingest_one(entry: RunEntry, warehouse: str | Path, limits: IngestLimits) ->
         return entry.run_id, ingest_run(entry, warehouse, limits), None
     except Exception as exc:  # one run's failure (a full disk, a bug) must not stop the others
         return entry.run_id, None, mask_secrets(f"{type(exc).__name__}: {exc}")
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker's initializer: end the worker as soon as `parent` is gone. Killed (`kill -9`), the parent
+    cannot stop its workers, which would be re-parented and go on writing partitions a rerun also writes."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _ingest_chunk(entries: list[RunEntry], warehouse: str | Path, limits: IngestLimits) -> list[Outcome]:
@@ -64,7 +79,8 @@ def ingest_batch(entries: list[RunEntry], warehouse: str | Path, limits: IngestL
     done: dict[str, Outcome] = {}
     if pooled:
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_exit_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             futures = [pool.submit(_ingest_chunk, chunk, warehouse, limits) for chunk in _deal(pooled, workers)]
             done.update((e.run_id, _ingest_one(e, warehouse, limits)) for e in here)
             for future in futures:
