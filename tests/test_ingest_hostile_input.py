@@ -3,16 +3,20 @@ Each is skipped or nulled with a problem; the run's other lines, metrics and fac
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
+import tarfile
 import threading
 import time
+import zipfile
+from datetime import datetime
 
 import pytest
 
 from pipeline.ingest import discover_runs
-from tests.test_ingest_helpers import ingest_root, values
+from tests.test_ingest_helpers import ingest_root, ingest_text, values
 from tests.test_wandb_tensorboard import WANDB_RUN, _wandb_folder
 
 STEPS = "".join(f"step:{i} - actor/entropy:0.{i} - timing_s/step:1{i}.0\n" for i in range(1, 4))
@@ -124,3 +128,62 @@ def test_wandb_times_and_steps_out_of_range_become_null(tmp_path):
                  "_step '99999999999999999999'"):
         assert f"W&B {what} is out of range: kept as null" in _problems(run)
     assert len(values(run)) == 12 * 5
+
+
+def test_a_step_number_past_int64_keeps_the_other_steps_of_its_block(tmp_path):
+    """`step:99999999999999999999` (no int64 holds it) used to fail the parse of its whole 16 MB block: now that
+    line's pairs are reported as without a step, and the block's other steps are kept."""
+    text = STEPS + "step:99999999999999999999 - actor/entropy:0.9 - timing_s/step:19.0\n" + \
+        "step:4 - actor/entropy:0.4 - timing_s/step:14.0\n"
+    run = ingest_text(tmp_path, text, name="run-big-step.log")
+    assert sorted({s for s, _ in values(run)}) == [1, 2, 3, 4]
+    assert values(run)[(4, "timing_s/step")] == 14.0
+    assert "run-big-step.log:4: metric pairs without a step number" in _problems(run)
+    assert "kept unparsed" not in _problems(run)
+
+
+def test_a_tensorboard_record_with_a_wall_time_out_of_range_keeps_the_rest(tmp_path):
+    """One event's wall_time of 1e20 s (no datetime holds it) used to end the file's read: the event's value is
+    kept without a time, the later events are read, with a problem."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    logdir = tmp_path / "archive" / "tb-run" / "tensorboard_log"
+    writer = EventFileWriter(str(logdir))
+    for step in range(1, 6):
+        value = [summary_pb2.Summary.Value(tag="actor/entropy", simple_value=step / 8)]
+        wall = 1e20 if step == 2 else 1_760_000_000 + 60 * step
+        writer.add_event(event_pb2.Event(summary=summary_pb2.Summary(value=value), step=step, wall_time=wall))
+    writer.close()
+    run = ingest_root(tmp_path / "archive", tmp_path / "wh")["tb-run"]
+    assert values(run) == {(s, "actor/entropy"): s / 8 for s in range(1, 6)}
+    assert "1 TensorBoard event(s) with a wall_time out of range" in _problems(run)
+    assert run.run["last_ts"] == datetime(2025, 10, 9, 8, 58, 20)  # `date -u -d @1760000300`
+
+
+def test_zip_links_and_tar_fifos_and_devices_are_refused_with_a_problem(tmp_path):
+    """A zip member stored as a symbolic link (its text is the target: /etc/passwd) is not read as a log line;
+    tar FIFO and device members are skipped, each with a problem."""
+    root = tmp_path / "archive"
+    root.mkdir()
+    with zipfile.ZipFile(root / "run-z.zip", "w") as zf:
+        link = zipfile.ZipInfo("run-z/passwd.log")
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(link, "/etc/passwd")
+        zf.writestr("run-z/train.log", STEPS)
+    with tarfile.open(root / "run-t.tar.gz", "w:gz") as tar:
+        for name, kind in (("run-t/pipe.log", tarfile.FIFOTYPE), ("run-t/zero.log", tarfile.CHRTYPE)):
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            tar.addfile(info)
+        info = tarfile.TarInfo("run-t/train.log")
+        info.size = len(STEPS)
+        tar.addfile(info, io.BytesIO(STEPS.encode()))
+    runs = ingest_root(root, tmp_path / "wh")
+    for rid in ("run-z", "run-t"):
+        assert {ln["file"] for ln in runs[rid].lines} == {"train.log"}
+        assert len(values(runs[rid])) == 6
+    assert "archive member 'run-z/passwd.log' is a symbolic link, not a regular file: refused" in _problems(runs["run-z"])
+    assert "archive member 'run-t/pipe.log' is a FIFO, not a regular file: skipped" in _problems(runs["run-t"])
+    assert "archive member 'run-t/zero.log' is a device, not a regular file: skipped" in _problems(runs["run-t"])

@@ -256,6 +256,9 @@ def _iter_tar(path: Path, limits, budget, problems) -> Iterator[FileStream]:
                 problems.append(f"archive member {member.name!r} is a link: refused, not read")
                 continue
             if not member.isfile():
+                if not member.isdir():
+                    kind = "FIFO" if member.isfifo() else "device" if member.isdev() else "special file"
+                    problems.append(f"archive member {member.name!r} is a {kind}, not a regular file: skipped")
                 continue
             name = _inner_name(member.name, top)
             if PurePosixPath(name).name in MARKER_NAMES:
@@ -279,6 +282,11 @@ def _iter_zip(path: Path, limits, budget, problems) -> Iterator[FileStream]:
             unsafe = member_name_problem(info.filename)
             if unsafe:
                 problems.append(unsafe)
+                continue
+            kind = stat.S_IFMT(info.external_attr >> 16)  # the Unix mode zip keeps for a member made on Unix
+            if kind and kind != stat.S_IFREG:
+                problems.append(f"archive member {info.filename!r} is a {file_kind(kind)}, not a regular file: "
+                                "refused, not read")
                 continue
             name = _inner_name(info.filename, top)
             if PurePosixPath(name).name in MARKER_NAMES:

@@ -256,8 +256,9 @@ class _RunIngest:
             self.needs_reconcile = True
             self.steps.update(pc.unique(batch.column("step")).to_pylist())
             lo, hi = pc.min_max(batch.column("ts")).values()
-            t.first_ts = lo.as_py() if t.first_ts is None else min(t.first_ts, lo.as_py())
-            t.last_ts = hi.as_py() if t.last_ts is None else max(t.last_ts, hi.as_py())
+            if lo.is_valid:
+                t.first_ts = lo.as_py() if t.first_ts is None else min(t.first_ts, lo.as_py())
+                t.last_ts = hi.as_py() if t.last_ts is None else max(t.last_ts, hi.as_py())
 
     def _file(self, pool: ThreadPoolExecutor, name: str, chunks: Iterator[bytes]) -> None:
         state = FileState()

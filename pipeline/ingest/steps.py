@@ -18,9 +18,11 @@ import pyarrow.compute as pc
 
 from .lines import split_once, true_mask
 
-STEP_HEAD_RE = r"(?:^|\s)step:(?P<step>\d+) - "
+# a step number has at most 18 digits (int64 holds them all): a longer one is no step head, and one that did not
+# fit would fail the parse of its whole block
+STEP_HEAD_RE = r"(?:^|\s)step:(?P<step>\d{1,18}) - "
 STEP_HEAD = re.compile(STEP_HEAD_RE)
-GLOBAL_STEP = re.compile(r"training/global_step:(?:np\.\w+\()?(\d+)(?:\.0+)?\)?(?: |$)")
+GLOBAL_STEP = re.compile(r"training/global_step:(?:np\.\w+\()?(\d{1,18})(?:\.0+)?\)?(?: |$)")
 PREFIX = re.compile(r"^\([^)]*\) ?")
 FRAGMENT = re.compile(r"^(?!\([^)]*\) )[ -]*\S+(?: - \S+)*[ -]*$")
 SINGLE_TOKEN = re.compile(r"^[^\s(]\S*$")
@@ -29,7 +31,7 @@ NP_HEAD_RE = r"^np\.[a-z]+\d*$"  # `np.float64` of `np.float64(x)`
 NUMBER_RE = r"^[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)$"
 NUMBER_CHARS = "0123456789.eE+-naif"  # the characters of NUMBER_RE
 V04_RE = r"^-?\d+\.\d{3}$"
-SEED_KV = re.compile(r"(?:^|\s)step=(\d+)((?:,\s*[\w/@.-]+=[^,\s]+)+)")
+SEED_KV = re.compile(r"(?:^|\s)step=(\d{1,18})((?:,\s*[\w/@.-]+=[^,\s]+)+)")
 SEED_TIMING = re.compile(r"\[INFO\] step: ([\w/.@-]+): ([-+\d.eE]+) ?ms")
 JSON_START = re.compile(r'\{"step"')
 MEMORY_KEYS = (
@@ -333,7 +335,10 @@ def _number(v) -> float | None:
     if isinstance(v, bool):
         return 1.0 if v else 0.0
     if isinstance(v, int | float):
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an integer past 1.8e308
+            return None
     return None
 
 
@@ -341,9 +346,11 @@ def _parse_jsonl(line: str, start: int, rows: StepRows) -> None:
     try:
         obj = json.loads(line)
         step = int(obj["step"])
+        if not -(2**63) <= step < 2**63:
+            raise ValueError(f"step {step} out of range")
         data = obj["data"]
         items = data.items()
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
         rows.n_failures += 1
         return
     for k, v in items:

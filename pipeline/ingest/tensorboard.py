@@ -69,11 +69,15 @@ def read_scalars(chunks: Iterator[bytes], name: str, scratch: Path, problems: li
             problems.append(f"{name}: TensorBoard event file not read: install verl-health[tensorboard]")
             return
         cols: dict[str, list] = {c: [] for c in SCHEMA.names}
+        bad_times = 0
         try:
             for record, event in enumerate(loader(copy.name).Load(), start=1):
                 if not event.HasField("summary"):
                     continue
-                ts = datetime.fromtimestamp(event.wall_time, UTC).replace(tzinfo=None)
+                try:
+                    ts = datetime.fromtimestamp(event.wall_time, UTC).replace(tzinfo=None)
+                except (OverflowError, ValueError, OSError):  # a wall_time no datetime holds: the values are kept
+                    ts, bad_times = None, bad_times + 1
                 for value in event.summary.value:
                     number = _scalar(value)
                     if number is None:
@@ -86,6 +90,9 @@ def read_scalars(chunks: Iterator[bytes], name: str, scratch: Path, problems: li
         except Exception as exc:  # a corrupt record ends the file, not the run's ingest
             problems.append(f"{name}: TensorBoard events unreadable after what was read "
                             f"({type(exc).__name__}: {exc})")
+        if bad_times:
+            problems.append(f"{name}: {bad_times} TensorBoard event(s) with a wall_time out of range: "
+                            "their values kept without a time")
         if cols["step"]:
             yield pa.table(cols, schema=SCHEMA)
 
