@@ -27,7 +27,7 @@ from pipeline.dagster_storage import plan_ranges_in_one_event, skip_flush_under
 from pipeline.detect.warehouse import discard_damaged_model
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.isolation import not_analysed
-from pipeline.lake import connect, refresh_catalog, table_source
+from pipeline.lake import connect, refresh_catalog, sweep_leftovers, table_source
 from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.quality import model_age_days, model_refit_due
 from pipeline.resources import bound_resources
@@ -160,6 +160,7 @@ def analyze_archive(
     say = progress or (lambda _: None)
     started = time.perf_counter()
     day = day or dt.date.today()
+    sweep_leftovers(warehouse)
     resources = bound_resources(archive, warehouse, reports, quiet_period_s)
     found = resources["archive"].discover()
     wanted = [e for e in found.entries if (include is None or e.run_id in include)

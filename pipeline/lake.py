@@ -9,6 +9,7 @@ import functools
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,11 @@ CATALOG_FILE = "warehouse.duckdb"
 _KNOWN_CATALOGS: dict[Path, tuple[tuple[int, int, int] | None, dict[str, str]]] = {}
 # threads that remove replaced partition folders at once (their waits are on the disk, not the CPU)
 _REMOVERS = 4
+# What an interrupted write leaves: a table's staging folder or a partition moved aside by a swap, ingest's
+# scratch folder, a fleet table's or the catalog's temporary file. Removed once unchanged for STALE_AFTER_S:
+# a write in progress changes its files all along, and none lasts that long.
+LEFTOVER = re.compile(r"^\.(?:staging-[0-9a-f]{32}|old-run_id=.+-[0-9a-f]{8}|ingest-\w+|.+\.[0-9a-f]{32}\.tmp)$")
+STALE_AFTER_S = 3600
 
 
 def check_run_id(run_id: str) -> str:
@@ -266,6 +272,41 @@ class RunBatchWriter:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
+def _newest_change(path: Path) -> float:
+    """The latest modification time of `path` and, for a folder, of everything in it."""
+    newest = path.lstat().st_mtime
+    if path.is_dir() and not path.is_symlink():
+        for dirpath, dirnames, filenames in os.walk(path):
+            for name in dirnames + filenames:
+                newest = max(newest, (Path(dirpath) / name).lstat().st_mtime)
+    return newest
+
+
+def sweep_leftovers(warehouse: str | Path, now: float | None = None) -> list[Path]:
+    """Remove what killed writes left in the warehouse (LEFTOVER names unchanged for STALE_AFTER_S); returns
+    what was removed."""
+    warehouse = Path(warehouse)
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        folders = [warehouse, *(p for p in warehouse.iterdir() if p.is_dir() and not p.name.startswith("."))]
+    except FileNotFoundError:
+        return []
+    for folder in folders:
+        for path in sorted(folder.iterdir()):
+            try:
+                if not LEFTOVER.match(path.name) or now - _newest_change(path) < STALE_AFTER_S:
+                    continue
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            except FileNotFoundError:  # its write ended, or another sweep took it, meanwhile
+                continue
+            removed.append(path)
+    return removed
+
+
 def delete_run(warehouse: str | Path, run_id: str, tables: Iterable[str] | None = None) -> None:
     """Remove a run's partitions from every per-run table (or those of `tables`)."""
     for table in tables or per_run_tables():
@@ -377,18 +418,22 @@ def refresh_catalog(warehouse: str | Path) -> Path:
     tmp = warehouse / f".{CATALOG_FILE}.{uuid.uuid4().hex}.tmp"
     if written is not None:
         shutil.copyfile(final, tmp)
-    con = duckdb.connect(str(tmp))
     try:
-        for table in kept.keys() - sources.keys():
-            con.execute(f"drop view if exists {table}")
-        for table, src in sources.items():
-            if kept.get(table) != src:
-                con.execute(f"create or replace view {table} as select * from {src}")
-                # the source as written, to tell next time whether the view still reads what is present
-                con.execute(f"comment on view {table} is {sql_literal(src)}")
-    finally:
-        con.close()
-    os.replace(tmp, final)
+        con = duckdb.connect(str(tmp))
+        try:
+            for table in kept.keys() - sources.keys():
+                con.execute(f"drop view if exists {table}")
+            for table, src in sources.items():
+                if kept.get(table) != src:
+                    con.execute(f"create or replace view {table} as select * from {src}")
+                    # the source as written, to tell next time whether the view still reads what is present
+                    con.execute(f"comment on view {table} is {sql_literal(src)}")
+        finally:
+            con.close()
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _KNOWN_CATALOGS[final] = (_file_version(final), sources)
     return final
 

@@ -19,9 +19,11 @@ run as (
         median_step_s, share_gen, share_old_log_prob, share_update_actor, share_other,
         t.throughput, t.mfu_actor,
         coalesce(first_ts, mtime, ingested_at) as started_at,
-        coalesce(last_ts, mtime, ingested_at) as ended_at,
-        -- the log printed no time: the end is the archive file's modification (or ingest) time
-        last_ts is null as ended_by_file_time,
+        -- the log printed no time, or a last time over a day past its file's last change (a host clock set
+        -- ahead, not a time zone): the end is the archive file's modification (or ingest) time
+        case when last_ts > mtime + interval 1 day then mtime else coalesce(last_ts, mtime, ingested_at) end
+            as ended_at,
+        last_ts is null or last_ts > mtime + interval 1 day as ended_by_file_time,
         -- the model by its name, wherever its files were: /mnt/hf/Qwen2.5-7B and Qwen/Qwen2.5-7B are one model
         nullif(regexp_extract(rtrim(model_path, '/'), '[^/]+$'), '') as model,
         adv_estimator as algorithm,

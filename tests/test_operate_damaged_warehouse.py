@@ -8,7 +8,7 @@ import json
 
 import duckdb
 import pyarrow.parquet as pq
-from operate_support import simulate
+from operate_support import set_age, simulate, write_run
 
 from pipeline.analysis import analyze_archive
 from pipeline.detect.warehouse import load_model, model_paths
@@ -57,3 +57,28 @@ def test_damaged_partitions_fleet_tables_and_model_are_healed(tmp_path):
     assert sorted(forced.run_ids) == sorted(labels)
     assert load_model(warehouse) is not None
     assert json.loads(meta.read_text())["training"]["n_runs"] == 3
+
+
+def test_what_killed_writes_left_is_swept_once_stale(tmp_path):
+    """Staging folders, partitions moved aside, ingest scratch and temporary files that a kill left an hour ago
+    or more are removed by the next `analyze`; one being written now (changed a minute ago) is left alone."""
+    write_run(tmp_path / "archive", "run-a", steps=4)
+    warehouse = tmp_path / "warehouse"
+    analyze_archive(tmp_path / "archive", warehouse, tmp_path / "reports")
+    hexes = iter(f"{i:x}" * 32 for i in range(1, 10))
+    stale = [warehouse / "log_lines" / f".staging-{next(hexes)}", warehouse / "run_summary" / ".old-run_id=run-a-0123abcd",
+             warehouse / ".ingest-k2j3h4_x", warehouse / f".warehouse.duckdb.{next(hexes)}.tmp",
+             warehouse / f".run_baselines.parquet.{next(hexes)}.tmp"]
+    live = warehouse / "step_metrics" / f".staging-{next(hexes)}"
+    for path in [*stale, live]:
+        if path.name.endswith(".tmp"):
+            path.write_bytes(b"half a file")
+        else:
+            (path / "run_id=run-a").mkdir(parents=True)
+            (path / "run_id=run-a" / "part-0.parquet").write_bytes(b"PAR1 half")
+    for path in stale:
+        set_age(path, 2 * 3600)
+    set_age(live, 60)
+    again = analyze_archive(tmp_path / "archive", warehouse, tmp_path / "reports")
+    assert again.unchanged == ["run-a"]
+    assert [p for p in stale if p.exists()] == [] and (live / "run_id=run-a" / "part-0.parquet").is_file()

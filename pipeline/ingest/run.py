@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +83,9 @@ SOURCES = pa.array(SOURCE_NAMES, pa.string())
 LOG_WRITE_BYTES = 8 * 2**20
 # W&B's console capture (a run's files/output.log) cuts every line at this many characters
 WANDB_LINE_CHARS = 4096
+# log times later than the file's last change by more than any time zone's offset: a clock set ahead
+# (sql/run_baselines.sql takes the file's time as the run's end then)
+FUTURE_SLACK = timedelta(days=1)
 
 
 @dataclass
@@ -553,6 +556,11 @@ def _ingest_run(entry: RunEntry, warehouse: str | Path, limits: IngestLimits) ->
         t = job.totals
         if t.n_lines == 0 and n_values == 0:
             job.problems.append("empty run: no lines were read")
+        changed = datetime.fromtimestamp(entry.mtime) if entry.mtime else None
+        if t.last_ts is not None and changed is not None and t.last_ts > changed + FUTURE_SLACK:
+            job.problems.append(f"log times run to {t.last_ts:%Y-%m-%d %H:%M}, over a day after the file's last "
+                                f"change ({changed:%Y-%m-%d %H:%M}): a host clock set ahead? The run ends at the "
+                                "file's time")
         facts = config_facts(t.config, t.total_steps, job.problems)
         wandb_facts = job.wandb.run_facts()
         wandb_times = job.wandb.started_at, job.wandb.ended_at

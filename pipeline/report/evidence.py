@@ -77,14 +77,18 @@ def error_events(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str
     if not columns(con, "run_events"):
         return {}
     # max_by(row, key, n) keeps each run's last n events in a heap: cheaper than a window sorting them all
-    return by_run(rows(
+    found = rows(
         con,
         "select run_id, * exclude (run_id) from (select unnest(last, recursive := true) from ("
         "select max_by(e, (coalesce(e.segment, 0), e.file, e.line_no), $n) as last from run_events e "
         "where list_contains($ids, run_id) and not list_contains($frames, event_class) group by run_id)) "
         "order by run_id, coalesce(segment, 0), file, line_no",
         {"ids": run_ids, "n": MAX_ERROR_EVENTS, "frames": list(FRAME_EVENTS)},
-    ))
+    )
+    for r in found:
+        if "message" in r:
+            r["message"] = shown_line(r["message"])
+    return by_run(found)
 
 
 def error_lines(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, dict[str, int]]:
