@@ -12,8 +12,12 @@ import re
 from typing import Any
 
 MASK = "***"
-# a key whose value is a credential: `*_KEY`, `*_TOKEN`, `*_SECRET` (api_key, WANDB_API_KEY, HF_TOKEN, ...), password
-_KEY = r"(?i)(\b[A-Za-z0-9_.-]*(?:_key|_token|_secret)|\bpassword|\bpasswd)"
+# a key whose value is a credential: an environment-style `*_KEY`, `*_TOKEN`, `*_SECRET` (WANDB_API_KEY, HF_TOKEN)
+# or a name no setting but a credential has, in any case (api_key, access_token, hf_token, client_secret,
+# password). Not any lowercase `*_key` / `*_token`: verl's config names columns and tokens so (prompt_key,
+# reward_fn_key, pad_token).
+_KEY = (r"(\b[A-Z0-9_]*_(?:KEY|TOKEN|SECRET)\b|(?i:\b[a-z0-9_.-]*(?:api_key|secret_key|access_key|private_key"
+        r"|_secret|access_token|auth_token|api_token|hf_token|password|passwd)\b))")
 # (pattern, replacement), applied in this order
 SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"\bhf_[A-Za-z0-9]{30,}", "hf_" + MASK),  # Hugging Face token

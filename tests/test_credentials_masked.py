@@ -110,9 +110,12 @@ def test_mask_secrets_on_the_known_forms():
         f"login with {HF_TOKEN} ok": "login with hf_*** ok",
         f"OPENAI {SK_TOKEN}.": "OPENAI sk-***.",
         "aws AKIAIOSFODNN7EXAMPLE used": "aws AKIA*** used",
-        "{'HF_TOKEN': 'abc', \"db_password\": \"x y\"}": "{'HF_TOKEN': '***', \"db_password\": \"x y\"}",
+        "{'HF_TOKEN': 'abc', \"db_password\": \"x y\"}": "{'HF_TOKEN': '***', \"db_password\": \"***\"}",
         "AWS_SECRET=abc/def; password: hunter2 end": "AWS_SECRET=***; password: *** end",
         "num_key_value_heads: 8, max_num_batched_tokens=8192, sk-short": "num_key_value_heads: 8, "
                                                                         "max_num_batched_tokens=8192, sk-short",
+        # verl's own settings named *_key / *_token hold column names and tokens (REAL/02's config dump)
+        "{'prompt_key': 'prompt', 'reward_fn_key': 'data_source', 'pad_token': '<pad>'}":
+            "{'prompt_key': 'prompt', 'reward_fn_key': 'data_source', 'pad_token': '<pad>'}",
     }
     assert {text: mask_secrets(text) for text in cases} == cases
