@@ -131,20 +131,16 @@ def sql_text(name: str) -> str:
     return (SQL_DIR / f"{name}.sql").read_text()
 
 
-_TEXT_COLUMNS: dict[str, list[str]] = {}  # per query, its text columns: the same whatever the rows
-
-
 def masked_sql(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None) -> str:
     """`sql/<name>.sql` with each text column of its rows passed through `mask_secrets` (pipeline/credentials.py):
-    a line's credentials stay in `log_lines` and reach no derived table, report or mail."""
+    a line's credentials stay in `log_lines` and reach no derived table, report or mail. The text columns are
+    those of the query bound on `con` (a warehouse written by an older version may lack some)."""
     sql = sql_text(name)
-    if sql not in _TEXT_COLUMNS:
-        rel = con.sql(sql, params=params).limit(0)
-        _TEXT_COLUMNS[sql] = [c for c, t in zip(rel.columns, rel.types, strict=True)
-                              if str(t) == "VARCHAR" and c != "run_id"]
-    if not _TEXT_COLUMNS[sql]:
+    rel = con.sql(sql, params=params).limit(0)
+    text = [c for c, t in zip(rel.columns, rel.types, strict=True) if str(t) == "VARCHAR" and c != "run_id"]
+    if not text:
         return sql
-    quoted = ['"' + c.replace('"', '""') + '"' for c in _TEXT_COLUMNS[sql]]
+    quoted = ['"' + c.replace('"', '""') + '"' for c in text]
     masked = ", ".join(f"mask_secrets({c}) as {c}" for c in quoted)
     return f"select * replace ({masked}) from (\n{sql}\n)"
 
