@@ -81,6 +81,7 @@ def service(args: list, log: Path, ready: Callable[[], bool], timeout_s: float =
     """A server process for a test (its own session, output in `log`), yielded once `ready()` holds; at the end
     it and its children get `stop_signal`, then SIGKILL after 15 s."""
     with open(log, "wb") as out:
+        popen.setdefault("preexec_fn", default_signals)
         proc = subprocess.Popen([str(a) for a in args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 stdin=subprocess.DEVNULL, **popen)
         try:
@@ -93,6 +94,13 @@ def service(args: list, log: Path, ready: Callable[[], bool], timeout_s: float =
             yield proc
         finally:
             _stop(proc, stop_signal)
+
+
+def default_signals() -> None:
+    """In a server's process before it starts: SIGTERM and SIGINT act as from a shell, whatever this process
+    ignores (a test process started in the background ignores SIGINT, and Dagster then maps SIGTERM to it)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _stop(proc: subprocess.Popen, first: int) -> None:

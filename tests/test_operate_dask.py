@@ -1,6 +1,8 @@
 """Per-run assets of two runs materialised at once on a dask.distributed cluster of real processes: `dask scheduler`
 and two `dask worker` processes on loopback, as a deployment starts them."""
 
+import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow.parquet as pq
@@ -14,13 +16,18 @@ from pipeline.definitions import reconstructable_job
 from pipeline.executors import dask_run_config, resources_run_config
 from pipeline.partitions import RUN_PARTITIONS_NAME
 
+# two runs of these tables side by side take 10 to 70 s on the shared 2-core machine
+MAX_RUN_S = 150
 TABLES = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
           "config_findings"]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """(scheduler address, pids of the two worker processes)."""
+    """(scheduler address, pids of the two worker processes). The workers start with SIGTERM ignored: a process
+    started from one that ran Dagster in its main thread with SIGINT ignored (a script's background job) has it,
+    since Dagster gives SIGTERM SIGINT's action when a run ends; Dagster stops its compute-log `tail` processes
+    with SIGTERM."""
     logs = tmp_path_factory.mktemp("dask")
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
@@ -30,10 +37,14 @@ def cluster(tmp_path_factory):
     def worker(n):
         return service([VENV_BIN / "dask", "worker", address, "--host", "127.0.0.1", "--nthreads", 1, "--no-nanny",
                         "--no-dashboard", "--name", f"w{n}"], logs / f"worker{n}.log", lambda: _workers(address) > n,
-                       cwd=ROOT)
+                       cwd=ROOT, preexec_fn=_sigterm_ignored)
 
     with service(scheduler, logs / "scheduler.log", lambda: port_open(port)), worker(0) as w0, worker(1) as w1:
         yield address, {w0.pid, w1.pid}
+
+
+def _sigterm_ignored() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _workers(address: str) -> int:
@@ -63,8 +74,11 @@ def test_run_assets_on_dask(tmp_path, cluster):
                 step_pids = {e.pid for e in events if e.is_step_success}
                 return result.success, materialized, step_pids
 
+        started = time.monotonic()
         with ThreadPoolExecutor(2) as pool:
             outcomes = list(pool.map(launch, run_ids))
+        # steps a minute apart (as once seen in CI: a 60 s wait per step, four levels of steps) fail this
+        assert time.monotonic() - started < MAX_RUN_S
 
     for success, materialized, step_pids in outcomes:
         assert success

@@ -1,5 +1,10 @@
-"""verl-health as an operator installs it: the wheel built from the checkout, in a clean virtual environment
-with no dev extras (no access to the checkout's packages), loads its Dagster definitions and analyses a run."""
+"""verl-health as an operator installs and deploys it.
+
+The wheel built from the checkout, in a clean virtual environment with no dev extras (no access to the checkout's
+packages), loads its Dagster definitions and analyses a run. Then, with its `postgres` extra, the deployment of
+docs/operations.md as real processes: a PostgreSQL server as the Dagster instance's storage, `dagster-daemon run`
+and `dagster-webserver` on it; the sensor's run, the nightly schedule's run and a `dagster job launch` run go
+through the daemon, and the web server's GraphQL API reports what they materialised."""
 
 from __future__ import annotations
 
@@ -8,12 +13,14 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from operate_support import ROOT, write_run
+from operate_support import ROOT, free_port, postgres_server, service, write_run
 
 # what the wheel is built from: the files a clone has (setup.py copies sql/ into the package)
 SOURCES = ["pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "workspace.yaml", "pipeline", "sql", "deploy"]
@@ -86,3 +93,134 @@ def test_the_installed_command_analyses_an_archive(installed, tmp_path):
     assert (tmp_path / "reports" / "runs" / "grpo-a.html").is_file()
     summary = pq.read_table(tmp_path / "wh" / "run_summary" / "run_id=grpo-a")
     assert summary.column("last_step").to_pylist() == [4]  # the log written above ends at step 4
+
+
+# --- the deployment: PostgreSQL, the daemon and the web server as processes, on the installed wheel ---
+
+RUN_ASSETS = ("runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
+              "config_findings", "run_advice", "step_anomalies", "run_report")
+DEPLOY_TIMEOUT_S = 300
+GRAPHQL_RUNS = """{ runsOrError { ... on Runs { results { runId jobName status creationTime tags { key value } } } } }"""
+FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
+GRAPHQL_ASSETS = """query ($keys: [AssetKeyInput!]) { assetNodes(assetKeys: $keys) {
+  assetKey { path }
+  partitionStats { numMaterialized numFailed }
+  assetChecksOrError { ... on AssetChecks { checks { name } } }
+} }"""
+GRAPHQL_CHECK_RUNS = """query ($key: AssetKeyInput!, $check: String!) {
+  assetCheckExecutions(assetKey: $key, checkName: $check, limit: 50) { runId status } }"""
+
+
+@pytest.fixture(scope="module")
+def deployment(installed, tmp_path_factory):
+    """An operator's deployment from docs/operations.md: the wheel with its `postgres` extra, an instance on a
+    PostgreSQL server of its own (deploy/dagster-postgres.yaml), `dagster-daemon run` and `dagster-webserver`
+    loading workspace.yaml from a folder that is not the checkout. Yields (env, folder, web server URL)."""
+    wheel, bin_dir = installed
+    _run([bin_dir / "python", "-m", "pip", "install", "-q", f"{wheel}[postgres]"])
+    folder = tmp_path_factory.mktemp("deployment")
+    home = folder / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "deploy" / "dagster-postgres.yaml", home / "dagster.yaml")
+    shutil.copy(ROOT / "workspace.yaml", folder / "workspace.yaml")
+    port = free_port()
+    with postgres_server() as pg_url:
+        env = _clean_env(
+            # the driver dagster-postgres installs (SQLAlchemy's default for postgresql:// is psycopg 3)
+            DAGSTER_HOME=str(home), DAGSTER_PG_URL=pg_url.replace("postgresql://", "postgresql+psycopg2://"), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            VERL_HEALTH_ARCHIVE=str(folder / "archive"), VERL_HEALTH_WAREHOUSE=str(folder / "warehouse"),
+            VERL_HEALTH_REPORTS=str(folder / "reports"), VERL_HEALTH_NIGHTLY_CRON="* * * * *",
+            DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS="true",
+        )
+        url = f"http://127.0.0.1:{port}"
+        with (
+            service([bin_dir / "dagster-daemon", "run", "-w", "workspace.yaml"], folder / "daemon.log",
+                    lambda: True, cwd=folder, env=env),
+            service([bin_dir / "dagster-webserver", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", port],
+                    folder / "webserver.log", lambda: _answers(f"{url}/server_info"), timeout_s=180, cwd=folder,
+                    env=env),
+        ):
+            yield env, folder, url
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+def _graphql(url: str, query: str, variables: dict | None = None) -> dict:
+    body = json.dumps({"query": query, "variables": variables or {}}).encode()
+    request = urllib.request.Request(f"{url}/graphql", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        answer = json.load(reply)
+    assert "errors" not in answer, answer["errors"]
+    return answer["data"]
+
+
+def _dagster(env, folder, *args) -> str:
+    return _run([Path(env["PATH"].split(os.pathsep)[0]) / "dagster", *args], timeout=180, cwd=folder, env=env).stdout
+
+
+def _first_run(url: str, job: str, timeout_s: float = DEPLOY_TIMEOUT_S) -> tuple[dict, int]:
+    """The first run of `job` once it has finished, and how many runs of `job` there are (the web server's view)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        runs = sorted((r for r in _graphql(url, GRAPHQL_RUNS)["runsOrError"]["results"] if r["jobName"] == job),
+                      key=lambda r: r["creationTime"])
+        if runs and runs[0]["status"] in FINISHED:
+            return runs[0], len(runs)
+        time.sleep(2)
+    raise AssertionError(f"no finished run of {job} after {timeout_s} s")
+
+
+def _tags(run: dict) -> dict[str, str]:
+    return {t["key"]: t["value"] for t in run["tags"]}
+
+
+def test_the_daemon_runs_the_sensor_the_schedule_and_a_launched_run(deployment):
+    env, folder, url = deployment
+    archive = folder / "archive"
+    write_run(archive, "grpo-a", steps=4)
+    write_run(archive, "grpo-b", steps=3)
+    write_run(folder / "elsewhere", "grpo-c", steps=5)  # a run the training launcher names by its path
+
+    # the training launcher's epilogue: `dagster job launch` of the per-run job, the daemon dequeues it
+    config = {"ops": {"analyze_finished_run": {"config": {"run": str(folder / "elsewhere" / "grpo-c")}}}}
+    _dagster(env, folder, "job", "launch", "-j", "run_health_job", "-w", "workspace.yaml",
+             "--config-json", json.dumps(config))
+    # the sensor's first tick sees the two finished runs and asks for one run over their range
+    _dagster(env, folder, "sensor", "start", "finished_run_sensor", "-w", "workspace.yaml")
+
+    sensor_run, sensor_runs = _first_run(url, "run_assets_job")
+    assert sensor_run["status"] == "SUCCESS", (folder / "daemon.log").read_text()[-3000:]
+    assert sensor_runs == 1  # one run for the tick's two runs
+    assert _tags(sensor_run)["verl-health/runs"] == "2"
+    assert _tags(sensor_run)["dagster/sensor_name"] == "finished_run_sensor"
+    launched, _ = _first_run(url, "run_health_job")
+    assert launched["status"] == "SUCCESS", (folder / "daemon.log").read_text()[-3000:]
+    reports = folder / "reports"
+    assert sorted(p.stem for p in (reports / "runs").glob("*.html")) == ["grpo-a", "grpo-b", "grpo-c"]
+
+    # the nightly schedule, every minute here: its first tick after the start refreshes the fleet report
+    _dagster(env, folder, "schedule", "start", "nightly_schedule", "-w", "workspace.yaml")
+    nightly, _ = _first_run(url, "nightly_job", timeout_s=DEPLOY_TIMEOUT_S + 60)
+    _dagster(env, folder, "schedule", "stop", "nightly_schedule", "-w", "workspace.yaml")
+    assert nightly["status"] == "SUCCESS", (folder / "daemon.log").read_text()[-3000:]
+    assert _tags(nightly)["dagster/schedule_name"] == "nightly_schedule"
+    fleet = (reports / "fleet" / "latest.html").read_text()
+    assert all(f'data-run-id="{rid}"' in fleet for rid in ("grpo-a", "grpo-b", "grpo-c"))
+
+    # the web server reports the three runs' partitions materialised and every check of their assets passed
+    keys = [{"path": [name]} for name in RUN_ASSETS]
+    nodes = {n["assetKey"]["path"][0]: n for n in _graphql(url, GRAPHQL_ASSETS, {"keys": keys})["assetNodes"]}
+    assert {name: (nodes[name]["partitionStats"]["numMaterialized"], nodes[name]["partitionStats"]["numFailed"])
+            for name in RUN_ASSETS} == dict.fromkeys(RUN_ASSETS, (3, 0))
+    checks = [(name, c["name"]) for name in RUN_ASSETS for c in nodes[name]["assetChecksOrError"]["checks"]]
+    assert len(checks) >= len(RUN_ASSETS) - 1  # a contract check on every table (the report has none)
+    for name, check in checks:
+        done = _graphql(url, GRAPHQL_CHECK_RUNS, {"key": {"path": [name]}, "check": check})["assetCheckExecutions"]
+        assert sensor_run["runId"] in {e["runId"] for e in done}, (name, check, done)
+        assert {e["status"] for e in done} == {"SUCCEEDED"}, (name, check, done)
