@@ -67,6 +67,20 @@ def test_actor_grad_norm_gets_its_own_scale():
     assert min(_tick_values(panels["Grad norm: critic_grad_norm"])) >= 40
 
 
+def test_score_and_reward_of_different_ranges_get_an_axis_each():
+    score = 0.3 + 0.6 * STEPS / 40  # 0.3 .. 0.9, of a size within 20x of the reward's
+    reward = 0.05 + 0.02 * (STEPS % 5) / 5  # 0.05 .. 0.066: flat under the score's range
+    chart = charts.health_chart(STEPS, [charts.Panel("Reward", [("score_mean", score), ("reward_mean", reward)],
+                                                     distinct=True)], [], np.array([]))
+    panels = _panels(chart)
+    assert set(panels) == {"Reward: score_mean", "Reward: reward_mean"}
+    assert max(_tick_values(panels["Reward: reward_mean"])) <= 0.1
+    assert min(_tick_values(panels["Reward: score_mean"])) >= 0.2
+    close = charts.health_chart(STEPS, [charts.Panel("Reward", [("score_mean", score), ("reward_mean", score - 0.01)],
+                                                     distinct=True)], [], np.array([]))
+    assert set(_panels(close)) == {"Reward"}
+
+
 def test_gpu_memory_against_capacity_and_host_memory_apart():
     alloc, reserved = 30 + STEPS / 10, 60 + STEPS / 20
     host = 400 + STEPS

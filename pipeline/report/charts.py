@@ -44,6 +44,8 @@ RIGHT_AXIS = 52
 HOVER_COLUMNS = 140
 # lines within one panel whose typical sizes differ by more than this get a panel (and a scale) each
 SPLIT_RATIO = 20.0
+# distinct quantities in one panel share an axis only while each spans at least 1/SPLIT_SPREAD of its range
+SPLIT_SPREAD = 5.0
 SERIES = 4
 # Colours as CSS variables, so dark mode re-colours the inline SVG; the style travels with each chart.
 STYLE = (
@@ -88,7 +90,9 @@ class Chart:
 class Panel:
     """One health curve panel: a title and its (label, values) lines; `right` lines use a second axis.
 
-    A line labelled `*total_gb` is a capacity (the device's memory), drawn as a dashed level.
+    A line labelled `*total_gb` is a capacity (the device's memory), drawn as a dashed level. `distinct`
+    lines are different quantities (score and reward): one shares an axis with another only while neither
+    would be drawn flat under the other's range.
     """
 
     title: str
@@ -96,6 +100,7 @@ class Panel:
     right: list[tuple[str, np.ndarray]] | None = None
     log: bool = False
     capacity: list[tuple[str, np.ndarray]] = field(default_factory=list)
+    distinct: bool = False
 
 
 def minmax_downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -204,6 +209,25 @@ def _typical(y: np.ndarray) -> float:
     return float(np.median(v)) if len(v) else 0.0
 
 
+def _spread(y: np.ndarray) -> tuple[float, float]:
+    """The 5th and 95th percentiles of a line's finite values (its drawn range, a lone spike aside)."""
+    v = y[np.isfinite(y)]
+    return (float(np.percentile(v, 5)), float(np.percentile(v, 95))) if len(v) else (0.0, 0.0)
+
+
+def _fits(group: list[tuple[str, np.ndarray]], line: tuple[str, np.ndarray], distinct: bool) -> bool:
+    """True when `line` can share the axis of `group`: typical sizes within SPLIT_RATIO and, for distinct
+    quantities, every varying line spanning at least 1/SPLIT_SPREAD of the shared range."""
+    size, other = _typical(line[1]), _typical(group[0][1])
+    if size and other and size / other > SPLIT_RATIO:
+        return False
+    if not distinct:
+        return True
+    ranges = [_spread(v) for _, v in [*group, line]]
+    extent = max(hi for _, hi in ranges) - min(lo for lo, _ in ranges)
+    return all(hi == lo or (hi - lo) * SPLIT_SPREAD >= extent for lo, hi in ranges)
+
+
 def _split_scales(panel: Panel) -> list[Panel]:
     """Give a signal its own panel when it would be flattened under another's scale.
 
@@ -216,9 +240,7 @@ def _split_scales(panel: Panel) -> list[Panel]:
     device = [(n, v) for n, v in lines if not n.startswith("cpu_")]
     groups: list[list[tuple[str, np.ndarray]]] = []
     for line in sorted(device, key=lambda nv: _typical(nv[1])):
-        size = _typical(line[1])
-        if groups and (size == 0 or _typical(groups[-1][0][1]) == 0
-                       or size / _typical(groups[-1][0][1]) <= SPLIT_RATIO):
+        if groups and _fits(groups[-1], line, panel.distinct):
             groups[-1].append(line)
         else:
             groups.append([line])

@@ -42,8 +42,8 @@ def health_panels(h: dict[str, np.ndarray]) -> list[charts.Panel]:
         return [(n, h[n]) for n in names if n in h and h[n].dtype.kind == "f" and np.isfinite(h[n]).any()]
 
     return [
-        charts.Panel("Reward", pick("score_mean", "reward_mean", "val_core_mean")),
-        charts.Panel("KL", pick("ppo_kl", "kl_loss", "reward_kl")),
+        charts.Panel("Reward", pick("score_mean", "reward_mean", "val_core_mean"), distinct=True),
+        charts.Panel("KL", pick("ppo_kl", "kl_loss", "reward_kl"), distinct=True),
         charts.Panel("Entropy", pick("entropy")),
         charts.Panel("Grad norm", pick("grad_norm", "critic_grad_norm"), log=True),
         charts.Panel("Response length & clip ratio", pick("response_length_mean"), right=pick("response_clip_ratio")),
