@@ -173,7 +173,9 @@ select
     coalesce(s.logged_throughput, s.total_tokens / nullif(s.step_time * s.n_gpus, 0)) as throughput,
     s.mfu_actor, s.mfu_critic,
     w.wall_time_s,
-    w.step_ts
+    w.step_ts,
+    -- the same clock as seconds, for the report's wall-clock chart (its per-step arrays are numbers)
+    epoch(w.step_ts) as step_end_s
 from shares as s
 left join bottleneck as b using (run_id, step)
 left join wall as w using (run_id, step)

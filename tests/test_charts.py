@@ -276,3 +276,17 @@ def test_the_page_share_chart_shows_a_long_group_name_whole_and_each_share_in_it
     assert _bar_titles(svg) == [f"{group} · gen 60%", f"{group} · update_actor 40%", "short · gen 100%"]
     gen, actor = (float(r.get("width")) for r in _bars(svg) if group in r.find("title").text)
     assert gen == pytest.approx(1.5 * actor, abs=0.2)
+
+
+def test_the_clock_chart_shows_a_stall_after_the_last_step_as_a_flat_line_to_the_log_end():
+    steps = np.arange(1, 11, dtype=float)
+    ends = 1_700_000_000 + 60.0 * steps  # a step a minute
+    chart = charts.clock_chart(steps, ends, log_end_s=float(ends[-1]) + 30 * 60)  # 30 min of silence after it
+    panel = _panels(chart)["clock"]
+    stall = [p for p in panel.iter("path") if p.get("data-stall")]
+    assert len(stall) == 1 and float(stall[0].get("data-stall")) == 30.0
+    assert "no step for 30 min, to the log's last line" in _texts(panel)
+    assert max(_tick_values(panel)) >= 10
+    done = charts.clock_chart(steps, ends, log_end_s=float(ends[-1]))
+    assert not [p for p in _panels(done)["clock"].iter("path") if p.get("data-stall")]
+    assert charts.clock_chart(steps[:1], ends[:1], None) is None

@@ -554,3 +554,41 @@ def phase_chart(steps: np.ndarray, phases: dict[str, np.ndarray]) -> Chart | Non
                      "</span>" for n in names)
     alt = "Stacked time per step by phase: " + ", ".join(names)
     return svg_chart("phases", alt, ["".join(out)], f'<p style="font-size:12px;margin:2px 0 0">{legend}</p>')
+
+
+def clock_chart(steps: np.ndarray, end_s: np.ndarray, log_end_s: float | None) -> Chart | None:
+    """Each step against the wall-clock time its line was written (minutes from the first), and a dashed
+    level from the last step to the log's last clock: a stall after it shows as a long flat line."""
+    keep = np.isfinite(steps) & np.isfinite(end_s)
+    steps, end_s = np.asarray(steps, dtype=float)[keep], np.asarray(end_s, dtype=float)[keep]
+    if _one_point(steps):
+        return None
+    t0 = float(end_s.min())
+    minutes = (end_s - t0) / 60
+    last = float(minutes[np.argmax(steps)])
+    tail = (log_end_s - t0) / 60 if log_end_s is not None and math.isfinite(log_end_s) else last
+    tail = max(tail, last)
+    xs = _Scale(0.0, max(tail, float(minutes.max()), 1e-3), LEFT, W - RIGHT)
+    ys, yticks = _y_scale([steps], False)
+    out = [f'<svg viewBox="0 0 {W} {H}" role="img" aria-label="Steps against wall-clock time" data-panel="clock">',
+           svg_text(4, 16, "Step reached against wall-clock time", "t"),
+           *_y_axis(ys, yticks, LEFT - 6, "end", True, RIGHT)]
+    for t in nice_ticks(0.0, float(xs.hi), 5):
+        if t <= xs.hi + 1e-9:
+            px = float(xs(t))
+            out.append(f'<path class="g" d="M{px:.1f} {TOP}V{H - BOTTOM}"/>')
+            out.append(svg_text(px, H - BOTTOM + 15, fmt(t), anchor="middle"))
+    out.append(svg_text(W - RIGHT, H - 8, "minutes since the first step", anchor="end"))
+    order = np.argsort(minutes, kind="stable")
+    out.append(f'<path class="l s0" d="{svg_path(xs(minutes[order]), ys(steps[order]))}"/>')
+    if tail - last > 0:
+        y = float(ys(steps.max()))
+        gap = f"no step for {fmt(tail - last)} min, to the log's last line"
+        out.append(f'<path class="nan" data-stall="{tail - last:.1f}" d="M{float(xs(last)):.1f} {y:.1f}'
+                   f'H{float(xs(tail)):.1f}"><title>{escape(gap)}</title></path>')
+        # named when longer than a typical step: a few seconds of shutdown after the last step are no stall
+        if tail - last > float(np.median(np.diff(np.sort(minutes)))):
+            out.append(svg_text(float(xs(tail)), y - 6, gap, "nant", anchor="end"))
+    out.append(f'<path class="a" d="M{LEFT} {H - BOTTOM}H{W - RIGHT}"/>')
+    out.append("</svg>")
+    return svg_chart("clock", "Steps against wall-clock time; a flat line at the end is time with no step", out)

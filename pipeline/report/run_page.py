@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import fields
 from typing import Any
 
@@ -76,6 +77,11 @@ def _nan_steps(h: dict[str, np.ndarray]) -> np.ndarray:
     return h["step"][h["has_nan"] > 0]
 
 
+def _epoch(ts: Any) -> float | None:
+    """A log clock (the runs table's naive UTC timestamp) as seconds, like step_phases' step_end_s."""
+    return ts.replace(tzinfo=datetime.UTC).timestamp() if isinstance(ts, datetime.datetime) else None
+
+
 def _charts(data: RunReportData) -> dict[str, Any]:
     steps = data.phases.get("step", np.array([]))
     phase_series = {p: data.phases[p] for p in STEP_PHASES if p in data.phases}
@@ -83,6 +89,8 @@ def _charts(data: RunReportData) -> dict[str, Any]:
         phase_series["other"] = data.phases["other_time"]
     return {
         "phase_chart": charts.phase_chart(steps, phase_series),
+        "clock_chart": charts.clock_chart(steps, data.phases.get("step_end_s", np.full(len(steps), np.nan)),
+                                          _epoch(data.summary.get("last_ts"))),
         "health_chart": charts.health_chart(
             data.health.get("step", np.array([])), health_panels(data.health),
             [(e.first_step, e.last_step, e.anomaly_class) for e in data.episodes], data.anomaly_steps,
