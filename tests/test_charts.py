@@ -290,3 +290,17 @@ def test_the_clock_chart_shows_a_stall_after_the_last_step_as_a_flat_line_to_the
     done = charts.clock_chart(steps, ends, log_end_s=float(ends[-1]))
     assert not [p for p in _panels(done)["clock"].iter("path") if p.get("data-stall")]
     assert charts.clock_chart(steps[:1], ends[:1], None) is None
+
+
+def test_the_page_fleet_charts_keep_their_text_readable_on_a_400_px_screen():
+    drawn = [fleet_charts.failure_bars({"cuda_oom": 3, "completed": 5}),
+             fleet_charts.share_bars([("Qwen2.5-0.5B · grpo · n=5", {"gen": 0.6, "update_actor": 0.4})]),
+             fleet_charts.weekly_chart([(f"2025-W{w:02d}", 3, 1, 60.0) for w in range(1, 29)])]
+    for chart in drawn:
+        root = ET.fromstring(str(chart.svg))
+        (svg,) = root.iter("svg")
+        least = float(re.search(r"min-width:(\d+)px", svg.get("style"))[1])
+        # the 11 px text of a viewBox this wide, shown at least `least` px wide: 8 px or more, however narrow
+        assert 11 * least / float(svg.get("viewBox").split()[2]) >= 8
+        holder = next(d for d in root.iter("div") if svg in list(d))
+        assert "overflow-x:auto" in holder.get("style")

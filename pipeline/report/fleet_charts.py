@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import textwrap
 from collections.abc import Mapping
 from html import escape
@@ -28,6 +29,8 @@ MAX_WEEK_LABELS = 14  # week labels side by side under the weekly chart (9.6 in 
 # SVG geometry in viewBox units (CSS pixels at full size): the width the PNG of each chart is shown at
 NARROW, WIDE = 560, 960
 CHAR_W = 6.4  # a character of the 11 px chart text, to reserve room for labels
+TEXT_PX = 11  # the chart text's size at full width (charts.STYLE)
+MIN_TEXT_PX = 9  # the smallest the page shows it at, however narrow the screen
 ROW_H = 22
 LINE_H = 13
 LINE_COLOR = "var(--cap)"
@@ -85,8 +88,11 @@ def _rect(x: float, y: float, w: float, h: float, fill: str, title: str) -> str:
 
 
 def _svg(name: str, alt: str, width: int, height: float, body: list[str]) -> Chart:
-    svg = (f'<svg viewBox="0 0 {width} {height:.0f}" style="max-width:{width}px" role="img" '
-           f'aria-label="{escape(alt)}" data-panel="{name}">{"".join(body)}</svg>')
+    # on a phone the chart keeps its text at MIN_TEXT_PX and scrolls sideways rather than shrink it unreadable
+    least = math.ceil(width * MIN_TEXT_PX / TEXT_PX)
+    svg = (f'<div style="overflow-x:auto"><svg viewBox="0 0 {width} {height:.0f}" '
+           f'style="min-width:{least}px;max-width:{width}px" role="img" '
+           f'aria-label="{escape(alt)}" data-panel="{name}">{"".join(body)}</svg></div>')
     return svg_chart(name, alt, [svg])
 
 
