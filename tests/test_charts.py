@@ -304,3 +304,12 @@ def test_the_page_fleet_charts_keep_their_text_readable_on_a_400_px_screen():
         assert 11 * least / float(svg.get("viewBox").split()[2]) >= 8
         holder = next(d for d in root.iter("div") if svg in list(d))
         assert "overflow-x:auto" in holder.get("style")
+
+
+def test_the_page_weekly_chart_leaves_room_between_its_date_labels():
+    weeks = [(f"2025-{m:02d}-{d:02d}", 2, 1, 50.0) for m in range(5, 12) for d in (1, 8, 15, 22)][:27]
+    svg = _fleet_svg(fleet_charts.weekly_chart(weeks))
+    named = [t for t in svg.iter("text") if re.fullmatch(r"\d{4}-\d\d-\d\d", t.text or "")]
+    xs = sorted(float(t.get("x")) for t in named)
+    # 10 characters of 11 px text are about 64 px wide: centres closer than 70 px make the dates run together
+    assert len(xs) >= 5 and min(np.diff(xs)) >= 70

@@ -32,6 +32,7 @@ CHAR_W = 6.4  # a character of the 11 px chart text, to reserve room for labels
 TEXT_PX = 11  # the chart text's size at full width (charts.STYLE)
 MIN_TEXT_PX = 9  # the smallest the page shows it at, however narrow the screen
 ROW_H = 22
+LABEL_GAP = 12  # room between two week labels under the page's weekly chart
 LINE_H = 13
 LINE_COLOR = "var(--cap)"
 
@@ -189,7 +190,9 @@ def _weekly_svg(weeks: list[tuple[str, int, int, float | None]], alt: str) -> Ch
         title = f"week to {label}: {weeks[i][1]} runs, {weeks[i][2]} failed or hung, median step {step}"
         out.append(_rect(c - half, mid, 2 * half, base - mid, OK_COLOR, title))
         out.append(_rect(c - half, peak, 2 * half, mid - peak, FAIL_COLOR, title))
-    for label, c in zip(thinned(labels), centers.tolist(), strict=True):
+    # no more labels than fit side by side with a gap: ten-character dates touched at 14 across
+    fit = int((x1 - x0) // (max(map(len, labels)) * CHAR_W + LABEL_GAP))
+    for label, c in zip(thinned(labels, min(MAX_WEEK_LABELS, max(fit, 1))), centers.tolist(), strict=True):
         if label:
             out.append(svg_text(c, y0 + 14, label, anchor="middle"))
     if has_med:
