@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import duckdb
 import pyarrow as pa
@@ -176,6 +176,10 @@ def test_phase_columns_equal_timers_and_shares_sum_to_one(warehouse):
         assert r["throughput"] == pytest.approx(40000 / (r["step_time"] * 8))
     walls = [dict(zip(cols, row, strict=True))["wall_time_s"] for row in rows]
     assert walls == [None, 30.0, 30.0, 30.0]
+    # the clock the report's wall-clock chart draws: the step line's time as UTC epoch seconds, 30 s apart
+    ends = [(r["step_ts"], r["step_end_s"]) for r in (dict(zip(cols, row, strict=True)) for row in rows)]
+    assert [e for ts, e in ends] == [ts.replace(tzinfo=UTC).timestamp() for ts, _ in ends]
+    assert [b - a for (_, a), (_, b) in zip(ends, ends[1:], strict=False)] == [30.0, 30.0, 30.0]
 
 
 def test_every_verl_timer_has_its_column(tmp_path):
