@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check pipeline tests benchmarks
+	$(VENV)/bin/ruff check pipeline lab tests benchmarks
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_ingest.py
@@ -36,7 +36,7 @@ mutation: $(STAMP)
 
 # the instance `verl-health analyze` and `demo` record their runs in (data/dagster unless DAGSTER_HOME is set)
 DAGSTER_HOME ?= $(CURDIR)/data/dagster
-# a launched range run plans each asset in one event, as `analyze` does (pipeline/dagster_storage.py)
+# a launched range run plans each asset in one event, as `analyze` does (pipeline/defs/storage.py)
 DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS ?= true
 
 ui: $(STAMP)

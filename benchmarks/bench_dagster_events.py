@@ -4,8 +4,8 @@ storage as it comes ("stock"), by the storage subclass the command line used up 
 pooled engine per database, `synchronous=OFF`, Dagster's event batches in one transaction; it extended
 Dagster's private `SqliteEventLogStorage`, read here from git), by the stock storage with the command line's
 public SQLAlchemy listener that sets `synchronous=OFF` on the instance's files ("public",
-pipeline/dagster_storage.py), the same planning each asset's range in one event as `analyze` does
-("public-one-plan", pipeline.dagster_storage.plan_ranges_in_one_event), and Dagster's in-memory instance
+pipeline/defs/storage.py), the same planning each asset's range in one event as `analyze` does
+("public-one-plan", pipeline.defs.storage.plan_ranges_in_one_event), and Dagster's in-memory instance
 ("memory", "memory-one-plan"). With no work in the assets, this is the floor of what recording a batch costs.
 
 Each mode runs in its own subprocess with a fresh instance folder; prints wall and CPU seconds and the
@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SUBCLASS_COMMIT = "a8c1c43"  # the last pipeline/dagster_storage.py that subclassed Dagster's storage
+SUBCLASS_COMMIT = "a8c1c43"  # the last pipeline/defs/storage.py that subclassed Dagster's storage
 
 ONE = """
 import os, sys, time
@@ -44,7 +44,7 @@ def make(name, deps):
     return _a
 assets = [make(f"a{i}", [f"a{i - 1}"] if i else []) for i in range(n_assets)]
 if mode.endswith("one-plan"):
-    from pipeline.dagster_storage import plan_ranges_in_one_event
+    from pipeline.defs.storage import plan_ranges_in_one_event
     plan_ranges_in_one_event()
 if mode.startswith("memory"):
     instance = DagsterInstance.ephemeral()
@@ -55,7 +55,7 @@ elif mode == "subclass":
     instance = DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=event_log_override(home)))
 else:
     if mode.startswith("public"):
-        from pipeline.dagster_storage import skip_flush_under
+        from pipeline.defs.storage import skip_flush_under
         skip_flush_under(home)
     instance = DagsterInstance.from_config(home)
 keys = [f"r{i:05d}" for i in range(n)]
@@ -79,7 +79,7 @@ def main() -> None:
     seconds = {}
     with tempfile.TemporaryDirectory() as scratch:
         subclass = Path(scratch, "subclass_storage.py")
-        subclass.write_text(subprocess.run(["git", "show", f"{SUBCLASS_COMMIT}:pipeline/dagster_storage.py"], cwd=repo,
+        subclass.write_text(subprocess.run(["git", "show", f"{SUBCLASS_COMMIT}:pipeline/defs/storage.py"], cwd=repo,
                                            capture_output=True, text=True, check=True).stdout)
         for mode in args.modes.split(","):
             with tempfile.TemporaryDirectory() as home:

@@ -6,7 +6,7 @@ Usage: python benchmarks/bench_derive.py [--runs 1000] [--seed 7] [--keep DIR]
 
 `--warehouse W --baseline REV` instead times the derive code of git revision REV side by side with this
 working tree's, on copies of the analysed warehouse W (every run of it), in alternating subprocesses:
-`--mode assets` each derive asset's body as pipeline/assets/derive.py runs it (a table's derive call, its
+`--mode assets` each derive asset's body as pipeline/defs/assets/derive.py runs it (a table's derive call, its
 contract check, step_phases' phase-sum check; a fleet table's catalog refresh), `--mode batch`
 derive_run_tables and derive_fleet_tables. It prints the median wall and CPU seconds (DuckDB's threads
 included) per step, the same less the per-run SQL's own COPY (the fixed cost of a step: views, row counts,
@@ -44,10 +44,10 @@ def _timed(fn):
 
 def bench(root: Path, runs: int, seed: int) -> dict:
     """Simulate, ingest and derive `runs` runs under `root`; return the timings and accuracy."""
+    from lab.simulate import simulate_fleet
     from pipeline import derive
     from pipeline.ingest import discover_runs, ingest_run
     from pipeline.lake import connect
-    from pipeline.simulate import simulate_fleet
 
     labels, t_sim = _timed(lambda: simulate_fleet(root, runs=runs, seed=seed))
     warehouse = root / "warehouse"
@@ -83,7 +83,7 @@ def bench(root: Path, runs: int, seed: int) -> dict:
 def _child(code: str, warehouse: str, mode: str) -> dict[str, tuple[float, float]]:
     """In a subprocess: the wall and CPU seconds of each step with the pipeline of the tree `code`."""
     sys.path.insert(0, code)
-    import pandas  # noqa: F401 - loaded in the Dagster process (pipeline.definitions) before any step
+    import pandas  # noqa: F401 - loaded in the Dagster process (pipeline.defs.definitions) before any step
 
     from pipeline import derive, lake
     from pipeline.quality import contract_violations, phase_sums_consistent

@@ -36,7 +36,7 @@ from bench_real import build_fleet as build_real_fleet
 # the command line of the checkout this script is in (a git worktree too), not the venv's installed one
 VERL_HEALTH = [PY, "-m", "pipeline.cli"]
 # the same analysis recorded in Dagster's in-memory instance: what the command line's SQLite record costs
-ANALYZE_IN_MEMORY = ("import sys; from pipeline.analysis import analyze_archive; "
+ANALYZE_IN_MEMORY = ("import sys; from pipeline.defs.analysis import analyze_archive; "
                      "analyze_archive(sys.argv[1], sys.argv[2], sys.argv[3])")
 
 

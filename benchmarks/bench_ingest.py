@@ -1,7 +1,7 @@
 """Ingest benchmark: our ingest side by side with a hand-written baseline and raw reads of the same bytes.
 
 Builds (once, cached) a fleet of plain-text runs of at least `--total-gb` of log text, one of them a
-single run of at least `--big-gb`: runs written by the simulator (`pipeline.simulate`), or, without it,
+single run of at least `--big-gb`: runs written by the simulator (`lab.simulate`), or, without it,
 the real logs in ../shared/real-logs, tiled with their step numbers shifted so they keep counting up.
 Then measures, each in its own subprocess (wall time, CPU time, peak RSS):
 
@@ -67,7 +67,7 @@ def _sources(scratch: Path) -> list[bytes]:
     """Train logs to tile, the first one for the big run: simulated runs (the largest completed run
     without a resume first) when the simulator exists, else the real logs."""
     try:
-        from pipeline.simulate import simulate_fleet
+        from lab.simulate import simulate_fleet
     except ImportError:
         simulate_fleet = None
     if simulate_fleet is not None:

@@ -35,13 +35,13 @@ from dagster import (  # noqa: E402
     materialize,
 )
 
-from pipeline.analysis import analyze_archive, partition_tags  # noqa: E402
-from pipeline.assets import FLEET_BEFORE_MODEL, NIGHTLY_ASSETS, RUN_BEFORE_MODEL  # noqa: E402
-from pipeline.definitions import build_definitions, reconstructable_job  # noqa: E402
-from pipeline.executors import resources_run_config  # noqa: E402
-from pipeline.partitions import RUN_PARTITIONS_NAME  # noqa: E402
-from pipeline.sensors import archive_cursor, finished_run_sensor  # noqa: E402
-from pipeline.simulate import simulate_fleet  # noqa: E402
+from lab.simulate import simulate_fleet  # noqa: E402
+from pipeline.defs.analysis import analyze_archive, partition_tags  # noqa: E402
+from pipeline.defs.assets import FLEET_BEFORE_MODEL, NIGHTLY_ASSETS, RUN_BEFORE_MODEL  # noqa: E402
+from pipeline.defs.definitions import build_definitions, reconstructable_job  # noqa: E402
+from pipeline.defs.executors import resources_run_config  # noqa: E402
+from pipeline.defs.partitions import RUN_PARTITIONS_NAME  # noqa: E402
+from pipeline.defs.sensors import archive_cursor, finished_run_sensor  # noqa: E402
 
 INGEST_DERIVE = RUN_BEFORE_MODEL
 SCORE_REPORT = ["step_anomalies", "run_report"]
@@ -88,7 +88,7 @@ def _unpartitioned(instance, run_config, selection) -> None:
 
 def executor_config(start_method: str, max_concurrent: int) -> dict:
     """Multiprocess executor run config; forkserver imports the code once and forks each step from it."""
-    method = {"forkserver": {"preload_modules": ["pipeline.definitions"]}} if start_method == "forkserver" else {
+    method = {"forkserver": {"preload_modules": ["pipeline.defs.definitions"]}} if start_method == "forkserver" else {
         "spawn": {}}
     return {"execution": {"config": {"multiprocess": {"max_concurrent": max_concurrent, "start_method": method}}}}
 

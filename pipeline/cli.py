@@ -1,4 +1,5 @@
-"""The `verl-health` command: simulate, analyze, demo, evaluate."""
+"""The `verl-health` command: analyze, and the sub-commands other installed packages add (the lab's
+demo, simulate and evaluate) through the `verl_health.commands` entry points."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-DEMO_RUNS = 24
-DEMO_SEED = 7
+COMMANDS_GROUP = "verl_health.commands"
 
 
 def _print_model_note(outcome) -> None:
-    from pipeline.assets.detect import NO_STEPS
+    from pipeline.defs.assets.detect import NO_STEPS
 
     if outcome.no_model:
         print(f"anomaly model: {NO_STEPS}")
@@ -21,7 +21,7 @@ def _print_model_note(outcome) -> None:
 
 def _dagster_instance(args: argparse.Namespace):
     """Where `analyze` records its Dagster runs: the Dagster home, or memory only with `--no-record`."""
-    from pipeline.analysis import persistent_instance
+    from pipeline.defs.analysis import persistent_instance
 
     return None if args.no_record else persistent_instance(args.warehouse)
 
@@ -36,7 +36,8 @@ class Progress:
         print(f"[{time.perf_counter() - self.started:6.1f} s] {what} ...", file=sys.stderr, flush=True)
 
 
-def _print_outcome(outcome, reports: Path) -> None:
+def print_outcome(outcome, reports: Path) -> None:
+    """Print what an analysis did: runs, outcomes, skips, problems and where the reports are."""
     print(f"analysed {len(outcome.run_ids)} runs in {outcome.seconds:.1f} s")
     if outcome.outcomes:
         print("outcomes:     " + ", ".join(f"{n} {label}" for label, n in outcome.outcomes.items()))
@@ -57,7 +58,7 @@ def _print_outcome(outcome, reports: Path) -> None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Materialise every asset in-process for every run in the archive, or for the one run of `--run`."""
-    from pipeline.analysis import NoRunsError, RunSelection
+    from pipeline.defs.analysis import NoRunsError, RunSelection
 
     if args.run:
         return _analyze_one(args)
@@ -76,13 +77,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def _analyze_archive(args: argparse.Namespace, options: dict) -> int:
     """`analyze ARCHIVE`, local or through the object store; raises NoRunsError when it finds no run."""
     from pipeline import objectstore
-    from pipeline.analysis import analyze_archive, analyze_with_object_store
+    from pipeline.defs.analysis import analyze_archive, analyze_with_object_store
 
     if objectstore.is_url(args.archive) or objectstore.is_url(args.warehouse):
         outcome, published = analyze_with_object_store(
             args.archive, args.warehouse, Path(args.reports), quiet_period_s=args.quiet_period, progress=Progress(),
             **options)
-        _print_outcome(outcome, Path(args.reports))
+        print_outcome(outcome, Path(args.reports))
         if published is not None:
             print(f"warehouse published to {args.warehouse} ({published})")
         return 0
@@ -92,7 +93,7 @@ def _analyze_archive(args: argparse.Namespace, options: dict) -> int:
         return 2
     outcome = analyze_archive(archive, Path(args.warehouse), Path(args.reports), quiet_period_s=args.quiet_period,
                               instance=_dagster_instance(args), progress=Progress(), **options)
-    _print_outcome(outcome, Path(args.reports))
+    print_outcome(outcome, Path(args.reports))
     return 0
 
 
@@ -100,8 +101,8 @@ def _analyze_one(args: argparse.Namespace) -> int:
     """`analyze --run`: one finished run, by path or by run_id under the archive (what a launcher calls),
     through the same asset jobs as a whole archive."""
     from pipeline import objectstore
-    from pipeline.analysis import analyze_archive, entry_root, resolve_entry, verdict
-    from pipeline.resources import archive_from_env
+    from pipeline.defs.analysis import analyze_archive, entry_root, resolve_entry, verdict
+    from pipeline.defs.resources import archive_from_env
 
     if objectstore.is_url(args.warehouse) or args.mail:
         print("error: --run analyses into a local warehouse and sends no mail; run `analyze ARCHIVE` for "
@@ -124,34 +125,11 @@ def _analyze_one(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Simulate a small fleet into ./data/archive, then analyse it into ./data/warehouse and ./reports."""
-    from pipeline.analysis import analyze_archive, persistent_instance
-    from pipeline.simulate import simulate_fleet
-
-    data = Path(args.data)
-    labels = simulate_fleet(data, runs=args.runs, seed=args.seed)
-    print(f"simulated {len(labels['runs'])} runs into {data / 'archive'} (ground truth: {data / 'labels.json'})")
-    outcome = analyze_archive(data / "archive", data / "warehouse", Path(args.reports), quiet_period_s=0,
-                              instance=persistent_instance(data / "warehouse"), progress=Progress())
-    _print_outcome(outcome, Path(args.reports))
-    print(f"warehouse:    {data / 'warehouse'} (duckdb {data / 'warehouse' / 'warehouse.duckdb'})")
-    return 0
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser of every sub-command; `simulate` and `evaluate` get their options only when
-    `command` names them, so `--help` and `analyze` do not import the simulator nor scikit-learn."""
+    """The argument parser of every sub-command; an entry point's command gets its options only when
+    `command` names it, so `--help` and `analyze` do not import the simulator nor scikit-learn."""
     parser = argparse.ArgumentParser(prog="verl-health", description="Health analytics for verl RL runs.")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    sim = sub.add_parser("simulate", help="write a simulated fleet archive and its labels.json")
-    if command == "simulate":
-        from pipeline.simulate import add_arguments as add_simulate_arguments
-        from pipeline.simulate import run_from_args as run_simulate
-
-        add_simulate_arguments(sim)
-        sim.set_defaults(func=run_simulate)
 
     ana = sub.add_parser("analyze", help="analyse every run of an archive in-process")
     ana.add_argument("archive", nargs="?",
@@ -177,19 +155,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                      help="only runs last active on or before this day")
     ana.set_defaults(func=cmd_analyze)
 
-    demo = sub.add_parser("demo", help="simulate a small fleet and analyse it")
-    demo.add_argument("--data", default="data", help="where the archive and warehouse go (default data)")
-    demo.add_argument("--reports", default="reports", help="reports folder (default reports)")
-    demo.add_argument("--runs", type=int, default=DEMO_RUNS)
-    demo.add_argument("--seed", type=int, default=DEMO_SEED)
-    demo.set_defaults(func=cmd_demo)
+    from importlib.metadata import entry_points
 
-    ev = sub.add_parser("evaluate", help="score the anomaly detector on unseen simulated fleets")
-    if command == "evaluate":
-        from pipeline.detect import add_evaluate_arguments, run_evaluate
-
-        add_evaluate_arguments(ev)
-        ev.set_defaults(func=run_evaluate)
+    for command_ep in entry_points(group=COMMANDS_GROUP):
+        command_ep.load()(sub, command == command_ep.name)
     return parser
 
 

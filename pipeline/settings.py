@@ -1,14 +1,13 @@
 """Every VERL_HEALTH_* setting, declared once: its variable, default and meaning.
 
-A setting is read through Dagster's `EnvVar` when it is used (a run or a sensor tick starts, a resource
+A setting is read from the environment when it is used (a run or a sensor tick starts, a resource
 is set up), never when a module is imported; docs/operations.md lists these (a test holds it to this list).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-
-from dagster import EnvVar
 
 
 @dataclass(frozen=True)
@@ -21,7 +20,7 @@ class Setting:
 
     def value(self) -> str:
         """The variable's value now, or the default when it is unset or empty."""
-        return EnvVar(self.name).get_value(self.default) or self.default
+        return os.environ.get(self.name) or self.default
 
 
 SETTINGS = {s.name: s for s in (

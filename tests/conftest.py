@@ -87,7 +87,7 @@ def real_logs_dir(shared_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def sim_fleet(tmp_path_factory) -> SimpleNamespace:
     """A 40-run simulated fleet (archive + labels), written once per session."""
-    from pipeline.simulate import simulate_fleet
+    from lab.simulate import simulate_fleet
 
     out = tmp_path_factory.mktemp("sim_fleet")
     labels = simulate_fleet(out, runs=40, seed=20261129)
@@ -97,7 +97,7 @@ def sim_fleet(tmp_path_factory) -> SimpleNamespace:
 @pytest.fixture(scope="session")
 def analyzed_fleet(sim_fleet, tmp_path_factory) -> SimpleNamespace:
     """The simulated fleet analysed end to end with `analyze_archive` (every asset, in-process)."""
-    from pipeline.analysis import analyze_archive
+    from pipeline.defs.analysis import analyze_archive
 
     out = tmp_path_factory.mktemp("analyzed_fleet")
     outcome = analyze_archive(sim_fleet.archive, out / "warehouse", out / "reports", day=REPORT_DAY)
@@ -111,7 +111,7 @@ def analyzed_fleet(sim_fleet, tmp_path_factory) -> SimpleNamespace:
 def analyzed_real_logs(real_logs_dir, tmp_path_factory) -> SimpleNamespace:
     """The real logs (the `*.log` files, copied into an archive of their own) analysed end to end,
     each file one run; every test that needs them ingested reads this one warehouse."""
-    from pipeline.analysis import analyze_archive
+    from pipeline.defs.analysis import analyze_archive
 
     out = tmp_path_factory.mktemp("analyzed_real")
     archive = out / "archive"

@@ -49,7 +49,7 @@ def set_age(path: Path, age_s: float) -> None:
 
 def simulate(out: Path, runs: int, seed: int = 7) -> dict:
     """A simulated fleet under `out/archive`."""
-    from pipeline.simulate import simulate_fleet
+    from lab.simulate import simulate_fleet
 
     return simulate_fleet(out, runs=runs, seed=seed)
 

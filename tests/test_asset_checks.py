@@ -12,13 +12,13 @@ from dagster import AssetCheckSeverity, AssetSelection, DagsterInstance, materia
 from operate_support import fail_ingest_of, write_run
 
 from pipeline import lake
-from pipeline.analysis import partition_tags
-from pipeline.assets import derive as derive_assets
-from pipeline.assets.detect import anomaly_model_fresh
-from pipeline.definitions import build_definitions
+from pipeline.defs.analysis import partition_tags
+from pipeline.defs.assets import derive as derive_assets
+from pipeline.defs.assets.detect import anomaly_model_fresh
+from pipeline.defs.definitions import build_definitions
+from pipeline.defs.partitions import RUN_PARTITIONS_NAME
 from pipeline.incremental import REINGEST_TAG
 from pipeline.lake import connect, run_partition_dir
-from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.quality import contract_violations, lines_conserved
 
 INGEST_AND_DERIVE = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events",
@@ -189,7 +189,7 @@ def test_archive_resource_limits_bound_a_decompression_bomb(tmp_path, monkeypatc
 def test_the_ingest_metadata_names_the_first_20_runs_with_problems_and_counts_the_rest():
     """25 runs with problems: the metadata copied onto each run's materialisation holds runs 00-19 by id and a
     line saying 5 more are in runs.problems; 3 runs: all of them, nothing added."""
-    from pipeline.assets.ingest import _first_problems
+    from pipeline.defs.assets.ingest import _first_problems
 
     many = {f"run-{i:02d}": [f"problem of run {i}"] for i in reversed(range(25))}
     kept = _first_problems(many)

@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from pipeline import lake
 from pipeline.alerts import run_attention_message, runs_needing_attention
-from pipeline.resources import SmtpResource
+from pipeline.defs.resources import SmtpResource
 
 
 def _run(warehouse, run_id: str, failure_class: str, advice: list[tuple] = ()) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 from operate_support import set_age, write_run
 from report_fixtures import parse_html
 
+from lab.simulate import simulate_fleet
 from pipeline.cli import main
-from pipeline.simulate import simulate_fleet
 
 VERL_HEALTH = Path(sys.executable).parent / "verl-health"
 

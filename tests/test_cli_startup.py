@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-HEAVY = ("sklearn", "pandas", "dagster", "duckdb", "matplotlib", "pipeline.simulate", "pipeline.detect")
+HEAVY = ("sklearn", "pandas", "dagster", "duckdb", "matplotlib", "lab.simulate", "pipeline.detect")
 PROBE = """
 import sys
 from pipeline.cli import main
@@ -39,6 +39,6 @@ def test_subcommand_options_still_load_when_named():
 
 def test_the_asset_graph_loads_no_forest_nor_plotting_library():
     """An unchanged run's `analyze --run` fits nothing and mails nothing: scikit-learn and matplotlib wait."""
-    probe = "import sys, pipeline.analysis; print([m for m in ('sklearn', 'matplotlib') if m in sys.modules])"
+    probe = "import sys, pipeline.defs.analysis; print([m for m in ('sklearn', 'matplotlib') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -11,10 +11,10 @@ import pytest
 from dagster import DagsterInstance
 
 from pipeline.alerts import run_attention_message, runs_needing_attention
-from pipeline.analysis import analyze_archive
 from pipeline.credentials import mask_secrets
+from pipeline.defs.analysis import analyze_archive
+from pipeline.defs.resources import SmtpResource
 from pipeline.report import send_mail
-from pipeline.resources import SmtpResource
 
 W_AND_B_KEY = "3f9a1c0b7d2e4f6a8b9c0d1e2f3a4b5c6d7e8f90"
 HF_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"

@@ -17,9 +17,9 @@ from dagster import (
 )
 from sqlalchemy import create_engine, text
 
-from pipeline.analysis import analyze_archive, persistent_instance
-from pipeline.dagster_storage import PLANNED_AS_ONE_EVENT
-from pipeline.simulate import simulate_fleet
+from lab.simulate import simulate_fleet
+from pipeline.defs.analysis import analyze_archive, persistent_instance
+from pipeline.defs.storage import PLANNED_AS_ONE_EVENT
 
 PARTS = DynamicPartitionsDefinition(name="runs")
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}  # SQLite's pragma values

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from dagster import AssetKey
 
-from pipeline.definitions import build_definitions, defs
+from pipeline.defs.definitions import build_definitions, defs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,9 +92,9 @@ def _cycle(graph: dict[str, set[str]]) -> list[str]:
 
 def test_no_import_cycle_among_pipeline_modules():
     graph = _imports()
-    assert graph["pipeline.jobs"] >= {"pipeline.analysis"} and graph["pipeline.analysis"] >= {"pipeline.objectstore"}
+    assert graph["pipeline.defs.jobs"] >= {"pipeline.defs.analysis"} and graph["pipeline.defs.analysis"] >= {"pipeline.objectstore"}
     assert _cycle(graph) == [], " -> ".join(_cycle(graph))
-    assert _cycle({**graph, "pipeline.objectstore": {"pipeline.analysis"}}), "the walk finds a known cycle"
+    assert _cycle({**graph, "pipeline.objectstore": {"pipeline.defs.analysis"}}), "the walk finds a known cycle"
 
 
 def test_public_dagster_apis_only():
@@ -106,7 +106,7 @@ def test_public_dagster_apis_only():
 
 def _upstream(name: str) -> set[str]:
     """Every asset upstream of `name` in the asset graph, through each definition's declared deps."""
-    from pipeline.assets import ASSETS
+    from pipeline.defs.assets import ASSETS
 
     deps = {spec.key.to_user_string(): {d.asset_key.to_user_string() for d in spec.deps}
             for a in ASSETS for spec in a.specs}
@@ -123,7 +123,7 @@ def test_the_reports_depend_on_every_table_their_code_reads_and_the_run_job_refr
     """Each report depends on every warehouse table the report code names (pipeline/report/*.py), and the
     sensor's run job selects every table upstream of the run report (its baseline row, its templates)."""
     from pipeline import tables
-    from pipeline.assets import RUN_JOB_ASSETS
+    from pipeline.defs.assets import RUN_JOB_ASSETS
 
     code = "\n".join(p.read_text() for p in (ROOT / "pipeline" / "report").glob("*.py"))
     named = {t for t in tables.names() if re.search(rf"\b{t}\b", code)}
@@ -139,7 +139,7 @@ def test_settings_reach_the_resources_when_a_run_starts(tmp_path, monkeypatch):
     run reads and writes and how long a line may be (a 5,000-byte line kept as 1,048 bytes)."""
     from dagster import DagsterInstance, materialize
 
-    from pipeline.partitions import RUN_PARTITIONS_NAME
+    from pipeline.defs.partitions import RUN_PARTITIONS_NAME
 
     run = tmp_path / "archive" / "run-a"
     run.mkdir(parents=True)
@@ -162,3 +162,36 @@ def test_nightly_cron_is_read_when_the_definitions_are_built(monkeypatch):
     monkeypatch.setenv("VERL_HEALTH_TIMEZONE", "Europe/Paris")
     [nightly] = build_definitions().get_repository_def().schedule_defs
     assert (nightly.cron_schedule, nightly.execution_timezone) == ("30 5 * * *", "Europe/Paris")
+
+
+def _external_imports(path: Path) -> set[str]:
+    """The top-level package names a module imports, at top level or inside a function."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_core_imports_no_dagster_and_the_product_nothing_of_the_lab():
+    """pipeline/defs/ is the Dagster shell; the rest of pipeline/ is plain Python over Arrow and DuckDB
+    (the CLI reaches the shell lazily), and nothing in pipeline/ imports the lab."""
+    graph = _imports()
+    core = [p for p in (ROOT / "pipeline").rglob("*.py")
+            if "defs" not in p.relative_to(ROOT).parts and p.name != "cli.py"]
+    assert len(core) > 50
+    uses_dagster = sorted(str(p.relative_to(ROOT)) for p in core
+                          if any(m == "dagster" or m.startswith("dagster_") for m in _external_imports(p)))
+    assert uses_dagster == []
+    into_shell = sorted(f"{m} -> {d}" for m, deps in graph.items()
+                        if not m.startswith("pipeline.defs") and m != "pipeline.cli"
+                        for d in deps if d.startswith("pipeline.defs"))
+    assert into_shell == []
+    uses_lab = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "pipeline").rglob("*.py")
+                      if "lab" in _external_imports(p))
+    assert uses_lab == []
+    assert (ROOT / "lab" / "simulate").is_dir() and not (ROOT / "pipeline" / "simulate").exists()

@@ -140,7 +140,7 @@ def test_phase_columns_equal_the_simulators_own_timers(derived, sim_fleet):
     """Every verl timer column against the numbers the simulator drew (not read back from the lake)."""
     import numpy as np
 
-    from pipeline.detect.evaluate import PHASE_KEYS, simulated_traces, trace_frames
+    from lab.evaluate import PHASE_KEYS, simulated_traces, trace_frames
 
     sim, _, _ = trace_frames(simulated_traces(sim_fleet.labels["seed"], len(sim_fleet.labels["runs"])))
     # a run that logs only to W&B prints no step lines: its timers are not in the console log

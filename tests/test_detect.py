@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from lab.simulate.vocab import ANOMALY_CLASSES
 from pipeline.detect import (
     AnomalyModelConfig,
     apply_rules,
@@ -30,7 +31,6 @@ from pipeline.detect.levels import group_bounds
 from pipeline.detect.warehouse import read_table
 from pipeline.lake import connect, write_run_table
 from pipeline.quality import model_age_days
-from pipeline.simulate.vocab import ANOMALY_CLASSES
 from tests.detect_runs import fleet, make_run
 
 

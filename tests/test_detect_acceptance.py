@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from pipeline.detect import evaluate, run_evaluate, score_runs
+from lab.evaluate import evaluate, run_evaluate
+from pipeline.detect import score_runs
 from pipeline.lake import connect
 
 

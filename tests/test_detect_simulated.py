@@ -7,8 +7,8 @@ import copy
 import numpy as np
 import pytest
 
-from pipeline.simulate import fleet_specs, generate_run
-from pipeline.simulate.unnamed import UNNAMED_KINDS, UnnamedEpisode, add_unnamed_episodes, feasible_kinds
+from lab.simulate import fleet_specs, generate_run
+from lab.simulate.unnamed import UNNAMED_KINDS, UnnamedEpisode, add_unnamed_episodes, feasible_kinds
 
 # kind -> keys its episodes must move (x the same run without the episode, somewhere in the episode)
 MOVES = {

@@ -248,7 +248,7 @@ def test_zip_and_gzipped_logs_inside_a_folder_read_like_the_plain_folder(tmp_pat
     import shutil
     import zipfile
 
-    from pipeline.simulate import simulate_fleet
+    from lab.simulate import simulate_fleet
 
     labels = simulate_fleet(tmp_path / "sim", runs=12, seed=31)
     run_id, lab = next((r, lab) for r, lab in sorted(labels["runs"].items()) if lab["archive_form"] == "dir")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.simulate import simulate_fleet
 from pipeline.ingest import discover_runs, ingest_run
-from pipeline.simulate import simulate_fleet
 from tests.test_ingest_helpers import read_table
 
 CONFIG_FIELDS = (

@@ -46,7 +46,7 @@ def test_a_run_that_breaks_a_derived_table_leaves_the_batch_analysed(tmp_path, m
     if not (SHARED / "real-logs").is_dir():
         pytest.skip("../shared/real-logs is missing")
     from pipeline import derive
-    from pipeline.analysis import analyze_archive
+    from pipeline.defs.analysis import analyze_archive
 
     archive, warehouse, reports = tmp_path / "archive", tmp_path / "warehouse", tmp_path / "reports"
     archive.mkdir()
@@ -90,7 +90,7 @@ def test_a_step_that_fails_on_every_run_fails_the_analysis(tmp_path, monkeypatch
     from dagster import DagsterError
 
     from pipeline import derive
-    from pipeline.analysis import analyze_archive
+    from pipeline.defs.analysis import analyze_archive
 
     archive = tmp_path / "archive"
     archive.mkdir()
@@ -110,7 +110,7 @@ def test_a_run_whose_ingest_fails_is_listed_and_the_fleet_reported(tmp_path, mon
         pytest.skip("../shared/real-logs is missing")
     from operate_support import fail_ingest_of
 
-    from pipeline.analysis import analyze_archive
+    from pipeline.defs.analysis import analyze_archive
 
     archive, reports = tmp_path / "archive", tmp_path / "reports"
     archive.mkdir()

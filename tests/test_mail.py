@@ -23,11 +23,11 @@ from mail_support import Inbox
 from operate_support import free_port
 from report_fixtures import build_warehouse, every_class_specs, parse_html
 
-from pipeline.assets.report import fleet_report_mail
-from pipeline.definitions import smtp_from_env
+from pipeline.defs.assets.report import fleet_report_mail
+from pipeline.defs.definitions import smtp_from_env
+from pipeline.defs.resources import ReportsResource, SmtpResource, WarehouseResource
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
 from pipeline.report.render import fleet_mail_page
-from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 
 USER, PASSWORD = "reporter", "s3cret-Pa55"
 
@@ -342,7 +342,7 @@ def test_a_run_that_mails_the_report_shows_the_page_it_attaches_though_a_run_cam
 
     from report_fixtures import RunSpec, write_run
 
-    from pipeline.assets.report import MAIL_TAG, fleet_report
+    from pipeline.defs.assets.report import MAIL_TAG, fleet_report
     from pipeline.report.render import mail_page_path
 
     inbox, port = starttls_server

@@ -5,8 +5,8 @@ from dagster import AssetMaterialization, DagsterInstance, build_run_status_sens
 
 from pipeline import lake
 from pipeline.alerts import runs_needing_attention
-from pipeline.resources import SmtpResource, WarehouseResource
-from pipeline.sensors import pipeline_failure_mail, run_attention_mail
+from pipeline.defs.resources import SmtpResource, WarehouseResource
+from pipeline.defs.sensors import pipeline_failure_mail, run_attention_mail
 
 
 @op

@@ -18,7 +18,7 @@ import pytest
 from operate_support import ROOT, simulate, write_run
 
 from pipeline import derive, lake
-from pipeline.analysis import analyze_archive
+from pipeline.defs.analysis import analyze_archive
 from pipeline.tables import per_run_tables
 
 TABLES = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
@@ -28,10 +28,10 @@ WORKER = """
 import sys
 from dagster import DagsterInstance, materialize
 from pipeline import derive, lake
-from pipeline.analysis import analyze_archive
+from pipeline.defs.analysis import analyze_archive
 from pipeline.tables import per_run_tables
-from pipeline.analysis import partition_tags
-from pipeline.definitions import build_definitions
+from pipeline.defs.analysis import partition_tags
+from pipeline.defs.definitions import build_definitions
 from pipeline.incremental import REINGEST_TAG
 archive, warehouse, reports, rounds, *run_ids = sys.argv[1:]
 defs = build_definitions(archive, warehouse, reports, quiet_period_s=0)
@@ -49,7 +49,7 @@ SWAPPER = """
 import sys
 import pyarrow as pa
 from pipeline import derive, lake
-from pipeline.analysis import analyze_archive
+from pipeline.defs.analysis import analyze_archive
 from pipeline.tables import per_run_tables
 warehouse, tag = sys.argv[1:]
 data = pa.table({"x": list(range(2000)), "writer": [tag] * 2000})

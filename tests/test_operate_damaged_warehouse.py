@@ -10,7 +10,7 @@ import duckdb
 import pyarrow.parquet as pq
 from operate_support import set_age, simulate, write_run
 
-from pipeline.analysis import analyze_archive
+from pipeline.defs.analysis import analyze_archive
 from pipeline.detect.warehouse import load_model, model_paths
 
 

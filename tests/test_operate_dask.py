@@ -12,9 +12,9 @@ from distributed import Client
 from operate_support import ROOT, VENV_BIN, free_port, port_open, service, simulate
 
 from pipeline import lake
-from pipeline.definitions import reconstructable_job
-from pipeline.executors import dask_run_config, resources_run_config
-from pipeline.partitions import RUN_PARTITIONS_NAME
+from pipeline.defs.definitions import reconstructable_job
+from pipeline.defs.executors import dask_run_config, resources_run_config
+from pipeline.defs.partitions import RUN_PARTITIONS_NAME
 
 # two runs of these tables side by side take 10 to 70 s on the shared 2-core machine
 MAX_RUN_S = 150

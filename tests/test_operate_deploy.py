@@ -37,7 +37,7 @@ def test_postgres_instance_yaml_is_the_sqlite_one_on_postgres():
 
 
 def test_dask_run_configs_validate(monkeypatch):
-    from pipeline.definitions import defs
+    from pipeline.defs.definitions import defs
 
     job = defs.resolve_job_def("run_assets_dask_job")
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:8786")
@@ -48,11 +48,11 @@ def test_dask_run_configs_validate(monkeypatch):
 
 def test_run_and_nightly_jobs_fork_their_steps_from_a_preloaded_server():
     """Runs that name no executor config (the sensor's, the schedule's, a launch for a partition) fork their steps
-    from a forkserver that imported pipeline.definitions, and that config validates for both jobs."""
-    from pipeline.definitions import defs
-    from pipeline.jobs import FORKED_STEPS
+    from a forkserver that imported pipeline.defs.definitions, and that config validates for both jobs."""
+    from pipeline.defs.definitions import defs
+    from pipeline.defs.jobs import FORKED_STEPS
 
-    forked = {"max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["pipeline.definitions"]}}}
+    forked = {"max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["pipeline.defs.definitions"]}}}
     assert {"execution": {"config": {"multiprocess": forked}}} == FORKED_STEPS
     run_job, nightly = defs.resolve_job_def("run_assets_job"), defs.resolve_job_def("nightly_job")
     assert run_job.partitioned_config.get_run_config_for_partition_key("grpo-a") == FORKED_STEPS
@@ -109,7 +109,7 @@ def test_kubernetes_environment_sets_what_the_code_reads():
 
 
 def test_helm_values_serve_this_code_location():
-    """The Helm chart's user deployment loads pipeline.definitions with env.yaml's objects, and its
+    """The Helm chart's user deployment loads pipeline.defs.definitions with env.yaml's objects, and its
     concurrency limit names a job that exists."""
     [values] = _k8s("values.yaml")
     [deployment] = values["dagster-user-deployments"]["deployments"]

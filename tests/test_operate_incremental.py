@@ -24,7 +24,7 @@ def _append_line(entry, line: str) -> None:
 
 
 def test_unchanged_runs_are_skipped(tmp_path):
-    from pipeline.analysis import analyze_archive
+    from pipeline.defs.analysis import analyze_archive
     from pipeline.ingest import discover_runs
 
     labels = simulate(tmp_path / "sim", runs=2, seed=13)
@@ -57,7 +57,7 @@ def test_new_runs_are_scored_with_the_stored_model(tmp_path):
     import json
     import shutil
 
-    from pipeline.analysis import analyze_archive
+    from pipeline.defs.analysis import analyze_archive
     from pipeline.lake import connect
 
     labels = simulate(tmp_path / "sim", runs=3, seed=17)
@@ -84,7 +84,7 @@ def test_new_runs_are_scored_with_the_stored_model(tmp_path):
 
 
 def test_partition_ranges_never_span_a_run_left_out():
-    from pipeline.analysis import contiguous_ranges
+    from pipeline.defs.analysis import contiguous_ranges
 
     assert contiguous_ranges(["a", "b", "c", "d", "e"], {"a", "b", "d"}) == [["a", "b"], ["d"]]
     assert contiguous_ranges(["a", "b"], set()) == []
@@ -93,7 +93,7 @@ def test_partition_ranges_never_span_a_run_left_out():
 def test_refit_alone_refits_an_unchanged_archive(tmp_path):
     import json
 
-    from pipeline.analysis import analyze_archive
+    from pipeline.defs.analysis import analyze_archive
 
     simulate(tmp_path / "sim", runs=2, seed=19)
     archive, warehouse, reports = tmp_path / "sim" / "archive", tmp_path / "warehouse", tmp_path / "reports"
@@ -114,7 +114,7 @@ def test_a_run_ingested_again_but_not_derived_is_redone(tmp_path):
     import duckdb
     import pytest
 
-    from pipeline.analysis import analyze_archive
+    from pipeline.defs.analysis import analyze_archive
     from pipeline.ingest import discover_runs, ingest_run
     from tests.conftest import SHARED
 

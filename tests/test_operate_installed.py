@@ -76,7 +76,7 @@ def test_definitions_load_without_the_dask_extra(installed, tmp_path):
     probe = ("import json, warnings\n"
              "with warnings.catch_warnings(record=True) as caught:\n"
              "    warnings.simplefilter('always')\n"
-             "    from pipeline.definitions import defs\n"
+             "    from pipeline.defs.definitions import defs\n"
              "jobs = sorted(j.name for j in defs.get_repository_def().get_all_jobs() if not j.name.startswith('__'))\n"
              "print(json.dumps({'jobs': jobs, 'warnings': [str(w.message) for w in caught]}))\n")
     done = _run([bin_dir / "python", "-c", probe], timeout=120, cwd=tmp_path, env=_clean_env())

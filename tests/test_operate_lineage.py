@@ -5,7 +5,7 @@ import re
 from dagster import AssetKey
 from operate_support import ROOT
 
-from pipeline.definitions import defs
+from pipeline.defs.definitions import defs
 from pipeline.tables import names
 
 TABLES = set(names())

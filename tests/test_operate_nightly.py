@@ -15,9 +15,9 @@ from operate_support import simulate
 from report_fixtures import parse_html
 
 from pipeline import analysis, cli
-from pipeline.analysis import analyze_archive
-from pipeline.assets.report import DAY_TAG
-from pipeline.definitions import build_definitions
+from pipeline.defs.analysis import analyze_archive
+from pipeline.defs.assets.report import DAY_TAG
+from pipeline.defs.definitions import build_definitions
 from pipeline.lake import connect
 from pipeline.tables import fleet_tables
 

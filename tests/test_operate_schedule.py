@@ -5,9 +5,9 @@ from datetime import UTC, datetime
 
 from dagster import AssetKey, build_schedule_context, materialize
 
-from pipeline.assets import NIGHTLY_ASSETS
-from pipeline.resources import WarehouseResource
-from pipeline.schedules import nightly_schedule, nightly_selection
+from pipeline.defs.assets import NIGHTLY_ASSETS
+from pipeline.defs.resources import WarehouseResource
+from pipeline.defs.schedules import nightly_schedule, nightly_selection
 
 TICK = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 DAY_S = 86400
@@ -64,8 +64,8 @@ def test_refit_threshold():
 def test_fleet_report_is_dated_by_the_schedule_tick(tmp_path):
     from report_fixtures import build_warehouse, every_class_specs
 
-    from pipeline.assets.report import DAY_TAG, fleet_report
-    from pipeline.resources import ReportsResource, SmtpResource
+    from pipeline.defs.assets.report import DAY_TAG, fleet_report
+    from pipeline.defs.resources import ReportsResource, SmtpResource
 
     warehouse = build_warehouse(tmp_path / "wh", every_class_specs())
     result = materialize(

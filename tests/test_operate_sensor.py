@@ -14,13 +14,13 @@ from dagster import (
 )
 from operate_support import set_age, write_run
 
-from pipeline.analysis import RANGE_END_TAG, RANGE_START_TAG, analyze_archive
-from pipeline.definitions import build_definitions
-from pipeline.jobs import FORKED_STEPS
+from pipeline.defs.analysis import RANGE_END_TAG, RANGE_START_TAG, analyze_archive
+from pipeline.defs.definitions import build_definitions
+from pipeline.defs.jobs import FORKED_STEPS
+from pipeline.defs.partitions import RUN_PARTITIONS_NAME
+from pipeline.defs.resources import ArchiveResource
+from pipeline.defs.sensors import archive_cursor, finished_run_sensor, plan_archive_changes
 from pipeline.lake import connect
-from pipeline.partitions import RUN_PARTITIONS_NAME
-from pipeline.resources import ArchiveResource
-from pipeline.sensors import archive_cursor, finished_run_sensor, plan_archive_changes
 from pipeline.tables import fleet_tables
 
 

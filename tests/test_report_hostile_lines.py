@@ -7,7 +7,7 @@ import datetime as dt
 
 import duckdb
 
-from pipeline.analysis import analyze_archive
+from pipeline.defs.analysis import analyze_archive
 from pipeline.ingest import IngestLimits
 
 STEPS = "".join(f"step:{s} - actor/entropy:0.{s} - timing_s/gen:1{s}.0 - timing_s/step:2{s}.0\n" for s in range(1, 4))

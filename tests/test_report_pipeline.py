@@ -61,7 +61,7 @@ KNOWN_MISSES = {("countdown-grpo-llama3.2-3b-0013", "reward_collapse")}
 
 def test_reports_agree_with_the_simulator_ground_truth(analyzed_fleet):
     """Every failure class of the vocabulary, as labels.json has it: verdict, causal line, episode marks."""
-    from pipeline.simulate.vocab import FAILURE_CLASSES
+    from lab.simulate.vocab import FAILURE_CLASSES
 
     labels = analyzed_fleet.labels["runs"]
     assert {lab["failure_class"] for lab in labels.values()} == set(FAILURE_CLASSES)

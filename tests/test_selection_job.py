@@ -8,7 +8,7 @@ import time
 import pytest
 from dagster import DagsterInstance
 
-from pipeline.definitions import build_definitions
+from pipeline.defs.definitions import build_definitions
 
 DAYS = {"grpo-a": "2026-11-20", "grpo-b": "2026-11-26", "ppo-c": "2026-11-27"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.simulate import (
+from lab.simulate import (
     ANOMALY_CLASSES,
     FAILURE_CLASSES,
     add_arguments,
@@ -24,7 +24,7 @@ from pipeline.simulate import (
     run_from_args,
     simulate_fleet,
 )
-from pipeline.simulate.vocab import HANG_EVIDENCE, STOP_REASONS
+from lab.simulate.vocab import HANG_EVIDENCE, STOP_REASONS
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PREFIX = re.compile(r"^\((?:[A-Za-z_]+ )?pid=\d+(?:, ip=[0-9.]+)?\) ?")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.simulate import make_spec, simulate_fleet
-from pipeline.simulate.fleet import write_run
+from lab.simulate import make_spec, simulate_fleet
+from lab.simulate.fleet import write_run
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-logs"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real verl logs not found at {REAL} (sibling ../shared)")

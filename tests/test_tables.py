@@ -7,7 +7,7 @@ import pytest
 from dagster import AssetKey
 
 from pipeline import tables
-from pipeline.definitions import defs
+from pipeline.defs.definitions import defs
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT.parent / "shared" / "DESIGN.md"

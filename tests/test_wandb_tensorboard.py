@@ -142,7 +142,7 @@ def test_tensorboard_without_the_extra_is_a_problem_not_a_crash(tmp_path, monkey
 
 @pytest.mark.slow
 def test_wandb_and_tensorboard_only_runs_get_reports_with_phases_and_anomalies(tmp_path):
-    from pipeline.analysis import analyze_archive
+    from pipeline.defs.analysis import analyze_archive
 
     archive = _tensorboard_run(_wandb_folder(tmp_path / "archive"))
     stamp = time.time() - 3600

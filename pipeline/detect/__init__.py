@@ -1,7 +1,6 @@
-"""Detect layer: features, rules, the isolation forest, explanations and evaluation."""
+"""Detect layer: features, rules, the isolation forest and explanations."""
 
 from pipeline.detect.decide import decide
-from pipeline.detect.evaluate import add_evaluate_arguments, evaluate, run_evaluate
 from pipeline.detect.explain import episodes
 from pipeline.detect.features import build_features
 from pipeline.detect.model import AnomalyModelConfig, FittedModel, fit_model
@@ -11,9 +10,6 @@ from pipeline.detect.warehouse import ModelInfo, fit_anomaly_model, load_model, 
 
 __all__ = [
     "AnomalyModelConfig",
-    "add_evaluate_arguments",
-    "evaluate",
-    "run_evaluate",
     "FittedModel",
     "ModelInfo",
     "apply_rules",

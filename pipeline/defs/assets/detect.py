@@ -15,12 +15,12 @@ from dagster import (
 from pydantic import Field
 
 from pipeline import tables
+from pipeline.defs.partitions import run_partitions
+from pipeline.defs.resources import WarehouseResource
 from pipeline.detect import AnomalyModelConfig, fit_anomaly_model, score_runs
 from pipeline.isolation import isolated_runs
 from pipeline.lake import table_dir
-from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, model_age_days, model_refit_due, refit_after_days
-from pipeline.resources import WarehouseResource
 
 
 class AnomalyModelSettings(Config):

@@ -2,7 +2,7 @@
 
 from dagster import MaterializeResult, asset
 
-from pipeline.resources import WarehouseResource
+from pipeline.defs.resources import WarehouseResource
 
 
 @asset(deps=["fleet_report", "run_report"], group_name="report")

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from dagster import Definitions, JobDefinition, build_reconstructable_job
 
-from pipeline.assets import ASSET_CHECKS, ASSETS
-from pipeline.jobs import analyze_archive_job, nightly_job, run_assets_job, run_health_job
-from pipeline.resources import SmtpResource, archive_from_env, bound_resources, smtp_from_env
-from pipeline.schedules import nightly_schedule
-from pipeline.sensors import finished_run_sensor, pipeline_failure_mail, run_attention_mail
+from pipeline.defs.assets import ASSET_CHECKS, ASSETS
+from pipeline.defs.jobs import analyze_archive_job, nightly_job, run_assets_job, run_health_job
+from pipeline.defs.resources import SmtpResource, archive_from_env, bound_resources, smtp_from_env
+from pipeline.defs.schedules import nightly_schedule
+from pipeline.defs.sensors import finished_run_sensor, pipeline_failure_mail, run_attention_mail
 
 ROOT = Path(__file__).resolve().parents[1]
-# the packages of the `dask` extra (pyproject.toml), which pipeline.executors imports
+# the packages of the `dask` extra (pyproject.toml), which pipeline.defs.executors imports
 DASK_EXTRA = ("dask", "distributed", "dagster_dask")
 
 
@@ -22,7 +22,7 @@ def optional_jobs() -> list:
     """Jobs whose executor comes with an extra: `run_assets_dask_job` when the `dask` extra is installed; without
     it the job is left out with a warning, and the rest of the definitions load."""
     try:
-        from pipeline.executors import run_assets_dask_job
+        from pipeline.defs.executors import run_assets_dask_job
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] not in DASK_EXTRA:
             raise
@@ -62,7 +62,7 @@ def job_of_defs(name: str) -> JobDefinition:
 def reconstructable_job(name: str, working_directory: str | Path = ROOT):
     """A job of `defs` that other processes (dask workers, step processes) can rebuild by importing this module."""
     return build_reconstructable_job(
-        "pipeline.definitions", "job_of_defs", reconstructable_args=(name,),
+        "pipeline.defs.definitions", "job_of_defs", reconstructable_args=(name,),
         reconstructor_working_directory=str(working_directory),
     )
 

@@ -31,7 +31,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: `python -m pipeline.simulate OUT --runs N --seed S`."""
+    """Stand-alone entry point: `python -m lab.simulate OUT --runs N --seed S`."""
     parser = argparse.ArgumentParser(prog="verl-health simulate", description=__doc__)
     add_arguments(parser)
     return run_from_args(parser.parse_args(argv))

@@ -23,11 +23,11 @@ from dagster import (
 )
 
 from pipeline.alerts import pipeline_failure_message, run_attention_message, runs_needing_attention
-from pipeline.analysis import contiguous_ranges, partition_tags
-from pipeline.jobs import FORKED_STEPS, run_assets_job, run_health_job
-from pipeline.partitions import RUN_PARTITIONS_NAME
+from pipeline.defs.analysis import contiguous_ranges, partition_tags
+from pipeline.defs.jobs import FORKED_STEPS, run_assets_job, run_health_job
+from pipeline.defs.partitions import RUN_PARTITIONS_NAME
+from pipeline.defs.resources import ArchiveResource, SmtpResource, WarehouseResource
 from pipeline.report import send_mail
-from pipeline.resources import ArchiveResource, SmtpResource, WarehouseResource
 
 # tags of the sensor's runs: why the runs were requested (new, changed or both) and how many runs the range holds
 REASON_TAG = "verl-health/reason"

@@ -2,7 +2,7 @@
 
 `run_assets_dask_job` is `run_assets_job` on a dask executor: each step of a run (ingest, the
 derive tables, scoring, the report) is a task on the cluster, and runs of different partitions
-launched side by side share its workers. Workers import `pipeline.definitions`, so they need this
+launched side by side share its workers. Workers import `pipeline.defs.definitions`, so they need this
 package and the same VERL_HEALTH_* variables (or the resources in the run config, see
 `resources_run_config`).
 
@@ -28,7 +28,7 @@ from dagster import (
 from dagster_dask import dask_executor
 from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements, query_on_dask_worker
 
-from pipeline.assets import RUN_JOB_ASSETS
+from pipeline.defs.assets import RUN_JOB_ASSETS
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 

@@ -11,11 +11,11 @@ from dagster import (
     schedule,
 )
 
-from pipeline.assets import NIGHTLY_ASSETS
-from pipeline.assets.report import DAY_TAG
-from pipeline.jobs import nightly_job
+from pipeline.defs.assets import NIGHTLY_ASSETS
+from pipeline.defs.assets.report import DAY_TAG
+from pipeline.defs.jobs import nightly_job
+from pipeline.defs.resources import WarehouseResource
 from pipeline.quality import model_age_days, model_refit_due
-from pipeline.resources import WarehouseResource
 from pipeline.settings import setting
 from pipeline.tables import MODEL
 

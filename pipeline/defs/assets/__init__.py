@@ -11,11 +11,11 @@ from pipeline import tables
 # partitions); the beta notice on each definition would only bury the pipeline's own output.
 warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWarning)
 
-from pipeline.assets.derive import fleet_table_assets, run_table_assets  # noqa: E402
-from pipeline.assets.detect import anomaly_model, anomaly_model_fresh, step_anomalies  # noqa: E402
-from pipeline.assets.ingest import ingested_run  # noqa: E402
-from pipeline.assets.publish import published_warehouse  # noqa: E402
-from pipeline.assets.report import fleet_report, fleet_report_mail, run_report  # noqa: E402
+from pipeline.defs.assets.derive import fleet_table_assets, run_table_assets  # noqa: E402
+from pipeline.defs.assets.detect import anomaly_model, anomaly_model_fresh, step_anomalies  # noqa: E402
+from pipeline.defs.assets.ingest import ingested_run  # noqa: E402
+from pipeline.defs.assets.publish import published_warehouse  # noqa: E402
+from pipeline.defs.assets.report import fleet_report, fleet_report_mail, run_report  # noqa: E402
 
 ASSETS = [
     ingested_run,

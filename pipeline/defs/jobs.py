@@ -7,18 +7,18 @@ from pathlib import Path
 from dagster import Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
-from pipeline.analysis import RunSelection, analyze_archive, entry_root, resolve_entry, verdict
-from pipeline.assets import NIGHTLY_ASSETS, RUN_JOB_ASSETS
-from pipeline.assets.detect import NO_STEPS
-from pipeline.assets.report import MAIL_TAG
-from pipeline.resources import ArchiveResource, ReportsResource, WarehouseResource
+from pipeline.defs.analysis import RunSelection, analyze_archive, entry_root, resolve_entry, verdict
+from pipeline.defs.assets import NIGHTLY_ASSETS, RUN_JOB_ASSETS
+from pipeline.defs.assets.detect import NO_STEPS
+from pipeline.defs.assets.report import MAIL_TAG
+from pipeline.defs.resources import ArchiveResource, ReportsResource, WarehouseResource
 from pipeline.tables import MODEL
 
 # The run config of a run that names none (the sensor's, the schedule's, a launch without -c): its steps in
-# processes forked from a server that imported pipeline.definitions once. A spawned step process pays the imports
+# processes forked from a server that imported pipeline.defs.definitions once. A spawned step process pays the imports
 # again, ~6 s of CPU each, most of a small run's cost on a busy machine.
 FORKED_STEPS = {"execution": {"config": {"multiprocess": {
-    "max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["pipeline.definitions"]}}}}}}
+    "max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["pipeline.defs.definitions"]}}}}}}
 
 run_assets_job = define_asset_job(
     "run_assets_job",

@@ -16,16 +16,16 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from lab.real_logs import DEFAULT_DIR, RealLogs, load_healthy
+from lab.simulate.metric_keys import validation_keys
+from lab.simulate.unnamed import TUNED_KINDS, UNNAMED_KINDS, add_unnamed_episodes
+from lab.simulate.vocab import ANOMALY_CLASSES
 from pipeline.detect.decide import decide
 from pipeline.detect.features import build_features
 from pipeline.detect.model import AnomalyModelConfig, FittedModel, fit_model
-from pipeline.detect.real_logs import DEFAULT_DIR, RealLogs, load_healthy
 from pipeline.detect.rules import load_rules
 from pipeline.detect.scoring import Scores, score_predictions
 from pipeline.detect.step_anomalies import score_frame
-from pipeline.simulate.metric_keys import validation_keys
-from pipeline.simulate.unnamed import TUNED_KINDS, UNNAMED_KINDS, add_unnamed_episodes
-from pipeline.simulate.vocab import ANOMALY_CLASSES
 
 # verl metric key -> step_phases / step_health column, the same mapping as sql/step_*.sql
 PHASE_KEYS = {
@@ -124,7 +124,7 @@ def trace_frames(traces) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
 
 def simulated_traces(seed: int, runs: int, steps_scale: float = 1.0):
     """RunTraces of the fleet `verl-health simulate --runs RUNS --seed SEED` would write (in memory)."""
-    from pipeline.simulate import fleet_specs, generate_run
+    from lab.simulate import fleet_specs, generate_run
 
     return [generate_run(spec) for spec in fleet_specs(runs, seed, steps_scale)]
 
@@ -132,7 +132,7 @@ def simulated_traces(seed: int, runs: int, steps_scale: float = 1.0):
 def simulated_fleet(seed: int, runs: int, steps_scale: float = 1.0, kinds: tuple[str, ...] = ()):
     """(phases, health, metrics, labels) of the fleet `verl-health simulate --runs RUNS --seed SEED`
     would write, with unnamed episodes of `kinds` added to the runs that have episodes."""
-    from pipeline.simulate import fleet_specs, generate_run
+    from lab.simulate import fleet_specs, generate_run
 
     specs = fleet_specs(runs, seed, steps_scale)
     if kinds:

@@ -410,7 +410,7 @@ def _aborted_rollouts(spec, v, m, mag, ramp):
     v["response_length/mean"] = np.where(m, v["response_length/mean"] * (1 - 0.3 * mag), v["response_length/mean"])
 
 
-# What each unnamed kind (pipeline/simulate/unnamed.py) does to the signals of its steps.
+# What each unnamed kind (lab/simulate/unnamed.py) does to the signals of its steps.
 _UNNAMED = {
     "critic_divergence": _critic_divergence,
     "advantage_collapse": _advantage_collapse,

@@ -13,12 +13,12 @@ from dagster import (
 )
 
 from pipeline import tables
+from pipeline.defs.partitions import run_partitions
+from pipeline.defs.resources import ArchiveResource, WarehouseResource
 from pipeline.incremental import INGEST_TABLES, REINGEST_TAG, ingest_is_current
 from pipeline.ingest.batch import ingest_batch
 from pipeline.isolation import isolate, mark_not_analysed
-from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, lines_conserved, steps_contiguous
-from pipeline.resources import ArchiveResource, WarehouseResource
 
 PREVIEW_ROWS = 20
 

@@ -12,12 +12,12 @@ from dagster import (
 )
 
 from pipeline import lake, tables
+from pipeline.defs.partitions import run_partitions
+from pipeline.defs.resources import ReportsResource, SmtpResource, WarehouseResource
 from pipeline.isolation import isolated_runs
-from pipeline.partitions import run_partitions
 from pipeline.report import build_fleet_mail, render_fleet_report, send_mail
 from pipeline.report.batch import render_run_reports
 from pipeline.report.render import fleet_mail_page, fleet_report_day, mail_page_path, run_report_path
-from pipeline.resources import ReportsResource, SmtpResource, WarehouseResource
 
 DAY_TAG = "verl-health/day"
 # A Dagster run that mails the fleet report (the nightly job, `analyze --mail`) carries this tag set to "true":

@@ -14,7 +14,7 @@ from pathlib import Path
 from dagster import DagsterInstance, materialize
 
 from pipeline import objectstore
-from pipeline.assets import (
+from pipeline.defs.assets import (
     ASSET_CHECKS,
     ASSETS,
     FLEET_AFTER_MODEL,
@@ -22,15 +22,15 @@ from pipeline.assets import (
     RUN_AFTER_MODEL,
     RUN_BEFORE_MODEL,
 )
-from pipeline.assets.report import DAY_TAG, MAIL_TAG
-from pipeline.dagster_storage import plan_ranges_in_one_event, skip_flush_under
+from pipeline.defs.assets.report import DAY_TAG, MAIL_TAG
+from pipeline.defs.partitions import RUN_PARTITIONS_NAME
+from pipeline.defs.resources import bound_resources
+from pipeline.defs.storage import plan_ranges_in_one_event, skip_flush_under
 from pipeline.detect.warehouse import discard_damaged_model
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.isolation import not_analysed
 from pipeline.lake import connect, refresh_catalog, sweep_leftovers, table_source
-from pipeline.partitions import RUN_PARTITIONS_NAME
 from pipeline.quality import model_age_days, model_refit_due
-from pipeline.resources import bound_resources
 from pipeline.tables import MODEL
 
 # Dagster's console logger prints every step event at DEBUG; the command line shows a summary instead.
@@ -268,7 +268,7 @@ def persistent_instance(warehouse: str | Path) -> DagsterInstance:
     """The Dagster instance the command line records its runs in, so `make ui` shows them: $DAGSTER_HOME,
     else `dagster/` beside the warehouse folder (data/dagster for data/warehouse). Without a dagster.yaml
     there, Dagster's default SQLite storage writes its files under that folder without a disk flush per
-    commit (pipeline.dagster_storage); a dagster.yaml is the operator's and is kept as it says."""
+    commit (pipeline.defs.storage); a dagster.yaml is the operator's and is kept as it says."""
     home = os.environ.get("DAGSTER_HOME") or str(Path(warehouse).resolve().parent / "dagster")
     Path(home).mkdir(parents=True, exist_ok=True)
     if not Path(home, "dagster.yaml").exists():

@@ -13,12 +13,12 @@ from dagster import (
 )
 
 from pipeline import tables
+from pipeline.defs.partitions import run_partitions
+from pipeline.defs.resources import WarehouseResource
 from pipeline.derive import derive_fleet_table, derive_run_table
 from pipeline.isolation import isolated_runs
 from pipeline.lake import fleet_table_path, refresh_catalog, table_dir
-from pipeline.partitions import run_partitions
 from pipeline.quality import contract_violations, phase_sums_consistent
-from pipeline.resources import WarehouseResource
 
 
 def _contract_check(name: str) -> list[AssetCheckSpec]:

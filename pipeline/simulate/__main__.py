@@ -1,7 +1,0 @@
-"""`python -m pipeline.simulate OUT --runs N --seed S`."""
-
-import sys
-
-from .cli import main
-
-sys.exit(main())
