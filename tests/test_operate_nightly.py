@@ -14,7 +14,8 @@ from dagster import DagsterInstance
 from operate_support import simulate
 from report_fixtures import parse_html
 
-from pipeline import analysis, cli
+from pipeline import cli
+from pipeline.defs import analysis
 from pipeline.defs.analysis import analyze_archive
 from pipeline.defs.assets.report import DAY_TAG
 from pipeline.defs.definitions import build_definitions
