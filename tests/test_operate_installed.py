@@ -23,7 +23,7 @@ import pytest
 from operate_support import ROOT, free_port, postgres_server, service, write_run
 
 # what the wheel is built from: the files a clone has (setup.py copies sql/ into the package)
-SOURCES = ["pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "workspace.yaml", "pipeline", "sql", "deploy"]
+SOURCES = ["pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "workspace.yaml", "pipeline", "lab", "sql", "deploy"]
 INSTALL_TIMEOUT_S = 420
 
 
