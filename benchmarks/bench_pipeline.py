@@ -36,11 +36,11 @@ from dagster import (  # noqa: E402
 )
 
 from lab.simulate import simulate_fleet  # noqa: E402
-from pipeline.defs.analysis import analyze_archive, partition_tags  # noqa: E402
+from pipeline.defs.analysis import analyze_archive  # noqa: E402
 from pipeline.defs.assets import FLEET_BEFORE_MODEL, NIGHTLY_ASSETS, RUN_BEFORE_MODEL  # noqa: E402
 from pipeline.defs.definitions import build_definitions, reconstructable_job  # noqa: E402
 from pipeline.defs.executors import resources_run_config  # noqa: E402
-from pipeline.defs.partitions import RUN_PARTITIONS_NAME  # noqa: E402
+from pipeline.defs.partitions import RUN_PARTITIONS_NAME, partition_tags  # noqa: E402
 from pipeline.defs.sensors import archive_cursor, finished_run_sensor  # noqa: E402
 
 INGEST_DERIVE = RUN_BEFORE_MODEL
@@ -63,7 +63,7 @@ def _chunks(items: list[str], n: int) -> list[list[str]]:
 
 def _run_chunks(instance, run_config, run_ids, selection, n_chunks) -> None:
     """One multiprocess Dagster run per contiguous partition range, all at once."""
-    job = reconstructable_job("run_assets_job")
+    job = reconstructable_job("analyze_batch")
 
     def launch(chunk):
         tags = partition_tags(chunk)
@@ -78,7 +78,7 @@ def _run_chunks(instance, run_config, run_ids, selection, n_chunks) -> None:
 
 
 def _unpartitioned(instance, run_config, selection) -> None:
-    job = reconstructable_job("nightly_job")
+    job = reconstructable_job("analyze_batch")
     with execute_job(
         job, instance, run_config=run_config, asset_selection=[AssetKey(a) for a in selection]
     ) as r:

@@ -16,7 +16,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Simulate a small fleet into ./data/archive, then analyse it into ./data/warehouse and ./reports."""
     from lab.simulate import simulate_fleet
     from pipeline.cli import Progress, print_outcome
-    from pipeline.defs.analysis import analyze_archive, persistent_instance
+    from pipeline.defs.analysis import analyze_archive
+    from pipeline.defs.instance import persistent_instance
 
     data = Path(args.data)
     labels = simulate_fleet(data, runs=args.runs, seed=args.seed)

@@ -21,7 +21,7 @@ def _print_model_note(outcome) -> None:
 
 def _dagster_instance(args: argparse.Namespace):
     """Where `analyze` records its Dagster runs: the Dagster home, or memory only with `--no-record`."""
-    from pipeline.defs.analysis import persistent_instance
+    from pipeline.defs.instance import persistent_instance
 
     return None if args.no_record else persistent_instance(args.warehouse)
 
@@ -58,7 +58,7 @@ def print_outcome(outcome, reports: Path) -> None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Materialise every asset in-process for every run in the archive, or for the one run of `--run`."""
-    from pipeline.defs.analysis import NoRunsError, RunSelection
+    from pipeline.selection import NoRunsError, RunSelection
 
     if args.run:
         return _analyze_one(args)
@@ -77,7 +77,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def _analyze_archive(args: argparse.Namespace, options: dict) -> int:
     """`analyze ARCHIVE`, local or through the object store; raises NoRunsError when it finds no run."""
     from pipeline import objectstore
-    from pipeline.defs.analysis import analyze_archive, analyze_with_object_store
+    from pipeline.defs.analysis import analyze_archive
+    from pipeline.defs.object_store_analysis import analyze_with_object_store
 
     if objectstore.is_url(args.archive) or objectstore.is_url(args.warehouse):
         outcome, published = analyze_with_object_store(
@@ -101,8 +102,10 @@ def _analyze_one(args: argparse.Namespace) -> int:
     """`analyze --run`: one finished run, by path or by run_id under the archive (what a launcher calls),
     through the same asset jobs as a whole archive."""
     from pipeline import objectstore
-    from pipeline.defs.analysis import analyze_archive, entry_root, resolve_entry, verdict
+    from pipeline.defs.analysis import analyze_archive
     from pipeline.defs.resources import archive_from_env
+    from pipeline.run_entry import entry_root, resolve_entry
+    from pipeline.run_outcomes import verdict
 
     if objectstore.is_url(args.warehouse) or args.mail:
         print("error: --run analyses into a local warehouse and sends no mail; run `analyze ARCHIVE` for "

@@ -12,11 +12,10 @@ from dagster import AssetCheckSeverity, AssetSelection, DagsterInstance, materia
 from operate_support import fail_ingest_of, write_run
 
 from pipeline import lake
-from pipeline.defs.analysis import partition_tags
 from pipeline.defs.assets import derive as derive_assets
 from pipeline.defs.assets.detect import anomaly_model_fresh
 from pipeline.defs.definitions import build_definitions
-from pipeline.defs.partitions import RUN_PARTITIONS_NAME
+from pipeline.defs.partitions import RUN_PARTITIONS_NAME, partition_tags
 from pipeline.incremental import REINGEST_TAG
 from pipeline.lake import connect, run_partition_dir
 from pipeline.quality import contract_violations, lines_conserved

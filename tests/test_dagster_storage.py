@@ -18,7 +18,8 @@ from dagster import (
 from sqlalchemy import create_engine, text
 
 from lab.simulate import simulate_fleet
-from pipeline.defs.analysis import analyze_archive, persistent_instance
+from pipeline.defs.analysis import analyze_archive
+from pipeline.defs.instance import persistent_instance
 from pipeline.defs.storage import PLANNED_AS_ONE_EVENT
 
 PARTS = DynamicPartitionsDefinition(name="runs")

@@ -30,7 +30,7 @@ from dagster import DagsterInstance, materialize
 from pipeline import derive, lake
 from pipeline.defs.analysis import analyze_archive
 from pipeline.tables import per_run_tables
-from pipeline.defs.analysis import partition_tags
+from pipeline.defs.partitions import partition_tags
 from pipeline.defs.definitions import build_definitions
 from pipeline.incremental import REINGEST_TAG
 archive, warehouse, reports, rounds, *run_ids = sys.argv[1:]

@@ -46,20 +46,18 @@ def test_dask_run_configs_validate(monkeypatch):
         assert validate_run_config(job, config), name
 
 
-def test_run_and_nightly_jobs_fork_their_steps_from_a_preloaded_server():
+def test_the_batch_job_forks_its_steps_from_a_preloaded_server():
     """Runs that name no executor config (the sensor's, the schedule's, a launch for a partition) fork their steps
-    from a forkserver that imported pipeline.defs.definitions, and that config validates for both jobs."""
+    from a forkserver that imported pipeline.defs.definitions, and that config validates for the job."""
     from pipeline.defs.definitions import defs
     from pipeline.defs.jobs import FORKED_STEPS
 
     forked = {"max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["pipeline.defs.definitions"]}}}
     assert {"execution": {"config": {"multiprocess": forked}}} == FORKED_STEPS
-    run_job, nightly = defs.resolve_job_def("run_assets_job"), defs.resolve_job_def("nightly_job")
-    assert run_job.partitioned_config.get_run_config_for_partition_key("grpo-a") == FORKED_STEPS
-    assert validate_run_config(nightly, {})["execution"]["multi_or_in_process_executor"]["multiprocess"] == {
+    job = defs.resolve_job_def("analyze_batch")
+    assert job.partitioned_config.get_run_config_for_partition_key("grpo-a") == FORKED_STEPS
+    assert validate_run_config(job, FORKED_STEPS)["execution"]["multi_or_in_process_executor"]["multiprocess"] == {
         **forked, "retries": {"enabled": {}}}
-    for job in (run_job, nightly):
-        assert validate_run_config(job, FORKED_STEPS)
 
 
 def _k8s(name: str) -> list[dict]:

@@ -84,7 +84,7 @@ def test_new_runs_are_scored_with_the_stored_model(tmp_path):
 
 
 def test_partition_ranges_never_span_a_run_left_out():
-    from pipeline.defs.analysis import contiguous_ranges
+    from pipeline.defs.partitions import contiguous_ranges
 
     assert contiguous_ranges(["a", "b", "c", "d", "e"], {"a", "b", "d"}) == [["a", "b"], ["d"]]
     assert contiguous_ranges(["a", "b"], set()) == []

@@ -81,7 +81,7 @@ def test_definitions_load_without_the_dask_extra(installed, tmp_path):
              "print(json.dumps({'jobs': jobs, 'warnings': [str(w.message) for w in caught]}))\n")
     done = _run([bin_dir / "python", "-c", probe], timeout=120, cwd=tmp_path, env=_clean_env())
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
-    assert loaded["jobs"] == ["analyze_archive_job", "nightly_job", "run_assets_job", "run_health_job"]
+    assert loaded["jobs"] == ["analyze_archive_job", "analyze_batch", "run_health_job"]
     assert any("run_assets_dask_job" in w and "verl-health[dask]" in w for w in loaded["warnings"])
 
 
@@ -164,11 +164,13 @@ def _dagster(env, folder, *args) -> str:
     return _run([Path(env["PATH"].split(os.pathsep)[0]) / "dagster", *args], timeout=180, cwd=folder, env=env).stdout
 
 
-def _first_run(url: str, job: str, timeout_s: float = DEPLOY_TIMEOUT_S) -> tuple[dict, int]:
-    """The first run of `job` once it has finished, and how many runs of `job` there are (the web server's view)."""
+def _first_run(url: str, job: str, timeout_s: float = DEPLOY_TIMEOUT_S, tag: str | None = None) -> tuple[dict, int]:
+    """The first run of `job` (carrying the tag `tag`, when given) once it has finished, and how many such runs
+    there are (the web server's view)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        runs = sorted((r for r in _graphql(url, GRAPHQL_RUNS)["runsOrError"]["results"] if r["jobName"] == job),
+        runs = sorted((r for r in _graphql(url, GRAPHQL_RUNS)["runsOrError"]["results"]
+                       if r["jobName"] == job and (tag is None or tag in _tags(r))),
                       key=lambda r: r["creationTime"])
         if runs and runs[0]["status"] in FINISHED:
             return runs[0], len(runs)
@@ -194,7 +196,7 @@ def test_the_daemon_runs_the_sensor_the_schedule_and_a_launched_run(deployment):
     # the sensor's first tick sees the two finished runs and asks for one run over their range
     _dagster(env, folder, "sensor", "start", "finished_run_sensor", "-w", "workspace.yaml")
 
-    sensor_run, sensor_runs = _first_run(url, "run_assets_job")
+    sensor_run, sensor_runs = _first_run(url, "analyze_batch", tag="dagster/sensor_name")
     assert sensor_run["status"] == "SUCCESS", (folder / "daemon.log").read_text()[-3000:]
     assert sensor_runs == 1  # one run for the tick's two runs
     assert _tags(sensor_run)["verl-health/runs"] == "2"
@@ -206,7 +208,7 @@ def test_the_daemon_runs_the_sensor_the_schedule_and_a_launched_run(deployment):
 
     # the nightly schedule, every minute here: its first tick after the start refreshes the fleet report
     _dagster(env, folder, "schedule", "start", "nightly_schedule", "-w", "workspace.yaml")
-    nightly, _ = _first_run(url, "nightly_job", timeout_s=DEPLOY_TIMEOUT_S + 60)
+    nightly, _ = _first_run(url, "analyze_batch", timeout_s=DEPLOY_TIMEOUT_S + 60, tag="dagster/schedule_name")
     _dagster(env, folder, "schedule", "stop", "nightly_schedule", "-w", "workspace.yaml")
     assert nightly["status"] == "SUCCESS", (folder / "daemon.log").read_text()[-3000:]
     assert _tags(nightly)["dagster/schedule_name"] == "nightly_schedule"

@@ -10,15 +10,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from dagster import DagsterInstance
+from dagster import DagsterInstance, build_schedule_context
 from operate_support import simulate
 from report_fixtures import parse_html
 
 from pipeline import cli
 from pipeline.defs import analysis
 from pipeline.defs.analysis import analyze_archive
-from pipeline.defs.assets.report import DAY_TAG
 from pipeline.defs.definitions import build_definitions
+from pipeline.defs.resources import WarehouseResource
+from pipeline.defs.schedules import nightly_requests
 from pipeline.lake import connect
 from pipeline.tables import fleet_tables
 
@@ -76,12 +77,15 @@ def test_a_run_crossing_midnight_finds_its_fleet_report(fleet, monkeypatch):
     assert outcome.fleet_report.is_file()
 
 
-def test_nightly_job_rebuilds_the_fleet_and_mails_its_report(fleet, mail_settings):
-    """nightly_job, executed with the resources built from the environment: fleet tables counting every
-    run on the day it started, the dated fleet report linking every run, and its mail received."""
+def test_the_nightly_run_rebuilds_the_fleet_and_mails_its_report(fleet, mail_settings, tmp_path):
+    """The nightly schedule's run of analyze_batch (the asset selection and tags of its tick on 2026-12-01 when
+    no model is stored yet), executed with the resources built from the environment: fleet tables counting
+    every run on the day it started, the dated fleet report linking every run, and its mail received."""
     defs = build_definitions(fleet.archive, fleet.warehouse, fleet.reports, quiet_period_s=0)
-    result = defs.resolve_job_def("nightly_job").execute_in_process(
-        instance=DagsterInstance.ephemeral(), tags={DAY_TAG: "2026-12-01"})
+    tick = build_schedule_context(scheduled_execution_time=dt.datetime(2026, 12, 1, 2, tzinfo=dt.UTC))
+    request = nightly_requests(tick, WarehouseResource(path=str(tmp_path / "no-model-yet")))
+    result = defs.resolve_job_def("analyze_batch").execute_in_process(
+        instance=DagsterInstance.ephemeral(), tags=request.tags, asset_selection=request.asset_selection)
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert materialized == {*fleet_tables(), "anomaly_model", "fleet_report", "fleet_report_mail", "published_warehouse"}

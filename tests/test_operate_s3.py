@@ -90,9 +90,8 @@ def test_publish_and_query_a_warehouse(s3, tmp_path):
 def test_dagster_resources_read_and_publish_s3_urls(s3, tmp_path):
     from dagster import DagsterInstance, materialize
 
-    from pipeline.defs.analysis import partition_tags
     from pipeline.defs.definitions import build_definitions
-    from pipeline.defs.partitions import RUN_PARTITIONS_NAME
+    from pipeline.defs.partitions import RUN_PARTITIONS_NAME, partition_tags
     from pipeline.defs.resources import ArchiveResource, WarehouseResource
 
     labels = simulate(tmp_path / "sim", runs=2, seed=12)

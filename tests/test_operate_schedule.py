@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from dagster import AssetKey, build_schedule_context, materialize
 
 from pipeline.defs.assets import NIGHTLY_ASSETS
+from pipeline.defs.jobs import FORKED_STEPS
 from pipeline.defs.resources import WarehouseResource
 from pipeline.defs.schedules import nightly_schedule, nightly_selection
 
@@ -31,6 +32,8 @@ def test_first_night_fits_the_model(tmp_path):
     request = _request(tmp_path / "w")
     assert request.run_key == "nightly-2026-11-29"
     assert request.tags["verl-health/day"] == "2026-11-29"
+    assert request.tags["verl-health/mail"] == "true" and request.tags["verl-health/nightly"] == "true"
+    assert request.run_config == FORKED_STEPS  # its steps forked from the preloaded server
     assert set(request.asset_selection) == {AssetKey(a) for a in [*NIGHTLY_ASSETS, "anomaly_model"]}
 
 

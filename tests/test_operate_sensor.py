@@ -14,10 +14,10 @@ from dagster import (
 )
 from operate_support import set_age, write_run
 
-from pipeline.defs.analysis import RANGE_END_TAG, RANGE_START_TAG, analyze_archive
+from pipeline.defs.analysis import analyze_archive
 from pipeline.defs.definitions import build_definitions
 from pipeline.defs.jobs import FORKED_STEPS
-from pipeline.defs.partitions import RUN_PARTITIONS_NAME
+from pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, RUN_PARTITIONS_NAME
 from pipeline.defs.resources import ArchiveResource
 from pipeline.defs.sensors import archive_cursor, finished_run_sensor, plan_archive_changes
 from pipeline.lake import connect
@@ -122,9 +122,10 @@ def test_sensor_over_an_archive_lifecycle(tmp_path):
     assert request3.run_key != request.run_key  # a new key, so Dagster runs it again
 
 
-def test_a_changed_run_apart_from_the_new_ones_gets_a_range_of_its_own(tmp_path):
+def test_a_changed_run_apart_from_the_new_ones_moves_to_the_end_and_shares_their_one_run(tmp_path):
     """A range selects every partition between its ends: a changed run with unchanged runs between it and the
-    new ones is requested alone, and the unchanged runs are in no request."""
+    new one moves to the end of the partition order (deleted, then added again), so the tick is one request
+    whose range holds the changed and the new run and no unchanged one."""
     archive = tmp_path / "archive"
     for rid in ("run-a", "run-b", "run-c"):
         write_run(archive, rid)
@@ -137,7 +138,10 @@ def test_a_changed_run_apart_from_the_new_ones_gets_a_range_of_its_own(tmp_path)
     write_run(archive, "run-d")
     result, _ = _evaluate(archive, first.cursor, instance)
     _apply(instance, result)
-    assert sorted(_selected(instance, r) for r in result.run_requests) == [["run-a"], ["run-d"]]
+    assert instance.get_dynamic_partitions(RUN_PARTITIONS_NAME) == ["run-b", "run-c", "run-a", "run-d"]
+    [request] = result.run_requests
+    assert _selected(instance, request) == ["run-a", "run-d"]
+    assert request.tags["verl-health/reason"] == "changed+new"
 
 
 def test_primed_cursor_requests_nothing(tmp_path):
@@ -182,7 +186,7 @@ def test_a_run_analysed_by_the_sensors_job_gets_the_baseline_row_the_command_lin
     _apply(instance, result)
     job = build_definitions(archive, warehouse, tmp_path / "reports", quiet_period_s=0).resolve_job_def(
         finished_run_sensor.job_name)
-    assert job.execute_in_process(instance=instance, tags=request.tags).success
+    assert job.execute_in_process(instance=instance, tags=request.tags, asset_selection=request.asset_selection).success
     by_cli, by_sensor = _baselines(tmp_path / "cli_wh"), _baselines(warehouse)
     assert set(by_sensor) == {"grpo-a", "grpo-b", "grpo-c"}
     # grpo-a and grpo-b ended before grpo-c in its experiment: its baseline saw both
@@ -202,9 +206,9 @@ def test_a_tick_over_twenty_finished_runs_is_one_run_that_rebuilds_each_fleet_ta
     assert sorted(_selected(instance, request)) == run_ids
     job = build_definitions(archive, tmp_path / "wh", tmp_path / "reports", quiet_period_s=0).resolve_job_def(
         finished_run_sensor.job_name)
-    outcome = job.execute_in_process(instance=instance, tags=request.tags)
+    outcome = job.execute_in_process(instance=instance, tags=request.tags, asset_selection=request.asset_selection)
     assert outcome.success
-    assert len(instance.get_runs()) == 1
+    assert [r.job_name for r in instance.get_runs()] == ["analyze_batch"]
     done = Counter(e.asset_key.to_user_string() for e in outcome.all_events if e.is_step_materialization)
     assert {table: done[table] for table in fleet_tables()} == dict.fromkeys(fleet_tables(), 1)
     assert done["run_summary"] == len(run_ids)  # one materialisation per run partition

@@ -8,7 +8,8 @@ from pathlib import Path
 from dagster import Definitions, JobDefinition, build_reconstructable_job
 
 from pipeline.defs.assets import ASSET_CHECKS, ASSETS
-from pipeline.defs.jobs import analyze_archive_job, nightly_job, run_assets_job, run_health_job
+from pipeline.defs.jobs import analyze_batch
+from pipeline.defs.launchers import analyze_archive_job, run_health_job
 from pipeline.defs.resources import SmtpResource, archive_from_env, bound_resources, smtp_from_env
 from pipeline.defs.schedules import nightly_schedule
 from pipeline.defs.sensors import finished_run_sensor, pipeline_failure_mail, run_attention_mail
@@ -44,7 +45,7 @@ def build_definitions(
     return Definitions(
         assets=ASSETS,
         asset_checks=ASSET_CHECKS,
-        jobs=[run_assets_job, nightly_job, run_health_job, analyze_archive_job, *optional_jobs()],
+        jobs=[analyze_batch, run_health_job, analyze_archive_job, *optional_jobs()],
         sensors=[finished_run_sensor, pipeline_failure_mail, run_attention_mail],
         schedules=[nightly_schedule()],
         resources=bound_resources(archive, warehouse, reports, quiet_period_s, smtp),

@@ -1,7 +1,7 @@
 """Scale-out: the per-run assets on a dask.distributed cluster through dagster-dask.
 
-`run_assets_dask_job` is `run_assets_job` on a dask executor: each step of a run (ingest, the
-derive tables, scoring, the report) is a task on the cluster, and runs of different partitions
+`run_assets_dask_job` is the sensor's selection of `analyze_batch` on a dask executor: each step of a run
+(ingest, the derive tables, scoring, the report) is a task on the cluster, and runs of different partitions
 launched side by side share its workers. Workers import `pipeline.defs.definitions`, so they need this
 package and the same VERL_HEALTH_* variables (or the resources in the run config, see
 `resources_run_config`).

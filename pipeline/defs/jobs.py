@@ -1,18 +1,7 @@
-"""Jobs: per-run assets (the sensor's), the nightly fleet job, `run_health_job` for launchers, and
-`analyze_archive_job` (the archive's runs, or a selection of them, as `verl-health analyze` does)."""
+"""`analyze_batch`: the one asset job every way in runs (the command line, the sensor, the nightly schedule
+and the launcher jobs of pipeline/defs/launchers.py), one Dagster run per batch of runs."""
 
-import datetime as dt
-from pathlib import Path
-
-from dagster import Config, OpExecutionContext, define_asset_job, job, op
-from pydantic import Field
-
-from pipeline.defs.analysis import RunSelection, analyze_archive, entry_root, resolve_entry, verdict
-from pipeline.defs.assets import NIGHTLY_ASSETS, RUN_JOB_ASSETS
-from pipeline.defs.assets.detect import NO_STEPS
-from pipeline.defs.assets.report import MAIL_TAG
-from pipeline.defs.resources import ArchiveResource, ReportsResource, WarehouseResource
-from pipeline.tables import MODEL
+from dagster import AssetSelection, define_asset_job
 
 # The run config of a run that names none (the sensor's, the schedule's, a launch without -c): its steps in
 # processes forked from a server that imported pipeline.defs.definitions once. A spawned step process pays the imports
@@ -20,87 +9,11 @@ from pipeline.tables import MODEL
 FORKED_STEPS = {"execution": {"config": {"multiprocess": {
     "max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["pipeline.defs.definitions"]}}}}}}
 
-run_assets_job = define_asset_job(
-    "run_assets_job",
-    selection=RUN_JOB_ASSETS,
+analyze_batch = define_asset_job(
+    "analyze_batch",
+    selection=AssetSelection.all(),
     config=FORKED_STEPS,
-    description="Ingest, derive, score and report the selected runs (one partition per run), with the fleet tables "
-                "their reports read.",
+    description="The whole graph over one batch of runs, a range of consecutive run_id partitions: ingest, "
+                "derive, score and report each run, rebuild the fleet tables once, refit the model when due and "
+                "render the fleet report. Each launch selects the assets it needs (the mail only when asked).",
 )
-
-nightly_job = define_asset_job(
-    "nightly_job",
-    selection=[*NIGHTLY_ASSETS, MODEL],
-    config=FORKED_STEPS,
-    description="Rebuild the fleet tables, refit the model when due, render and mail the fleet report.",
-    tags={MAIL_TAG: "true"},
-)
-
-
-class RunHealthConfig(Config):
-    """Which finished run to analyse: a path to its archive entry, or its run_id in the archive."""
-
-    run: str = Field(description="Path of the run folder / .tar.gz / .gz, or a run_id under the archive root.")
-
-
-@op(description="Ingest, derive, score and report one finished run through the asset jobs, in this instance.")
-def analyze_finished_run(
-    context: OpExecutionContext,
-    config: RunHealthConfig,
-    archive: ArchiveResource,
-    warehouse: WarehouseResource,
-    reports: ReportsResource,
-) -> str:
-    """Analyse one run end to end: the per-run assets (with their checks) for its `run_id` partition."""
-    entry = resolve_entry(config.run, archive.root, archive.quiet_period_s)
-    outcome = analyze_archive(entry_root(entry, archive.root), warehouse.root, reports.root, instance=context.instance,
-                              include={entry.run_id})
-    if outcome.no_model:
-        context.log.warning(f"anomaly model: {NO_STEPS}")
-    report = Path(reports.root) / "runs" / f"{entry.run_id}.html"
-    context.log.info(f"{entry.run_id}: {verdict(warehouse.root, entry.run_id)}; report at {report}")
-    return str(report)
-
-
-@job(description="Analyse one finished run: `dagster job launch -j run_health_job --config-json ...`.")
-def run_health_job():
-    """The job a training launcher calls when a verl run ends."""
-    analyze_finished_run()
-
-
-class ArchiveSelectionConfig(Config):
-    """Which runs of the archive to analyse, as `verl-health analyze --include --since --until` (all by default)."""
-
-    include: str | None = Field(default=None, description="Only the run ids matching this glob (e.g. 'grpo-qwen7b-*').")
-    since: str | None = Field(default=None, description="Only runs last active on or after this day (YYYY-MM-DD).")
-    until: str | None = Field(default=None, description="Only runs last active on or before this day (YYYY-MM-DD).")
-
-    def selection(self) -> RunSelection:
-        """The RunSelection these settings describe (a malformed day raises ValueError)."""
-        return RunSelection(self.include, _day(self.since), _day(self.until))
-
-
-def _day(text: str | None) -> dt.date | None:
-    return dt.date.fromisoformat(text) if text else None
-
-
-@op(description="Ingest, derive, score and report the archive's finished runs that the selection keeps.")
-def analyze_selected_runs(
-    context: OpExecutionContext,
-    config: ArchiveSelectionConfig,
-    archive: ArchiveResource,
-    warehouse: WarehouseResource,
-    reports: ReportsResource,
-) -> list[str]:
-    """Analyse the selected runs through the asset jobs, in this instance; returns their run ids."""
-    outcome = analyze_archive(archive.root, warehouse.root, reports.root, instance=context.instance,
-                              quiet_period_s=archive.quiet_period_s, select=config.selection())
-    context.log.info(f"analysed {len(outcome.run_ids)} runs; fleet report at {outcome.fleet_report}")
-    return outcome.run_ids
-
-
-@job(description="Analyse the archive's runs, or a selection: `--config-json '{\"ops\": {\"analyze_selected_runs\": "
-                 "{\"config\": {\"include\": \"grpo-*\", \"since\": \"2026-11-23\"}}}}'`.")
-def analyze_archive_job():
-    """`verl-health analyze` as a Dagster job, its selection as run config."""
-    analyze_selected_runs()

@@ -7,6 +7,7 @@ import json
 
 from dagster import (
     AddDynamicPartitionsRequest,
+    AssetKey,
     DagsterEventType,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -23,9 +24,9 @@ from dagster import (
 )
 
 from pipeline.alerts import pipeline_failure_message, run_attention_message, runs_needing_attention
-from pipeline.defs.analysis import contiguous_ranges, partition_tags
-from pipeline.defs.jobs import FORKED_STEPS, run_assets_job, run_health_job
-from pipeline.defs.partitions import RUN_PARTITIONS_NAME
+from pipeline.defs.assets import RUN_JOB_ASSETS
+from pipeline.defs.jobs import FORKED_STEPS, analyze_batch
+from pipeline.defs.partitions import RUN_PARTITIONS_NAME, batch_moves, partition_tags
 from pipeline.defs.resources import ArchiveResource, SmtpResource, WarehouseResource
 from pipeline.report import send_mail
 
@@ -68,32 +69,29 @@ def archive_cursor(archive: ArchiveResource) -> str:
     return json.dumps(cursor, sort_keys=True)
 
 
-def batch_requests(partitions: list[str], new: list[str], changed: list[str], cursor: dict[str, str]) -> list[RunRequest]:
-    """The runs of one tick: one Dagster run over the partition range of the runs that finished since the last
-    tick, so its fleet tables are rebuilt once. `partitions` is the partition order once the tick's new runs are
-    added (they go last); a changed run not next to the others gets a range of its own, so no range takes in a
-    run that did not change."""
+def batch_request(batch: list[str], new: list[str], changed: list[str], cursor: dict[str, str]) -> RunRequest:
+    """The one run of a tick: `analyze_batch` over the partition range of the runs that finished or changed since
+    the last tick (`batch`, consecutive partitions in partition order), so its fleet tables are rebuilt once."""
     why = {**{rid: "new" for rid in new}, **{rid: "changed" for rid in changed}}
-    requests = []
-    for stretch in contiguous_ranges(partitions, set(why)):
-        fingerprints = json.dumps([[rid, cursor[rid]] for rid in stretch])
-        digest = hashlib.sha256(fingerprints.encode()).hexdigest()[:16]
-        reasons = sorted({why[rid] for rid in stretch})
-        requests.append(RunRequest(
-            run_key=f"{stretch[0]}..{stretch[-1]}@{digest}",
-            # a range run gets no partition's default config: the job's forked step processes, said again
-            run_config=FORKED_STEPS,
-            tags={**partition_tags(stretch), REASON_TAG: "+".join(reasons), RUNS_TAG: str(len(stretch))},
-        ))
-    return requests
+    fingerprints = json.dumps([[rid, cursor[rid]] for rid in batch])
+    digest = hashlib.sha256(fingerprints.encode()).hexdigest()[:16]
+    return RunRequest(
+        run_key=f"{batch[0]}..{batch[-1]}@{digest}",
+        # a range run gets no partition's default config: the job's forked step processes, said again
+        run_config=FORKED_STEPS,
+        asset_selection=[AssetKey(a) for a in RUN_JOB_ASSETS],
+        tags={**partition_tags(batch), REASON_TAG: "+".join(sorted({why[rid] for rid in batch})),
+              RUNS_TAG: str(len(batch))},
+    )
 
 
 @sensor(
-    job=run_assets_job,
+    job=analyze_batch,
     minimum_interval_seconds=120,
     default_status=DefaultSensorStatus.STOPPED,
-    description="Adds a run_id partition for each new finished run and requests one run over the range of the runs "
-                "finished since the last tick: their per-run assets, and the fleet tables rebuilt once.",
+    description="Adds a run_id partition for each new finished run, moves changed runs to the end of the partition "
+                "order, and requests one run over the range of the runs finished or changed since the last tick: "
+                "their per-run assets, and the fleet tables rebuilt once.",
 )
 def finished_run_sensor(context: SensorEvaluationContext, archive: ArchiveResource):
     """Watch the archive root; request each finished run once, again when its files change, a tick's runs together."""
@@ -106,15 +104,19 @@ def finished_run_sensor(context: SensorEvaluationContext, archive: ArchiveResour
         context.update_cursor(json.dumps(cursor, sort_keys=True))
         return SkipReason(f"no new or changed finished runs among {len(found.entries)} entries")
     existing = [k for k in context.instance.get_dynamic_partitions(RUN_PARTITIONS_NAME) if k not in removed]
-    # a changed run whose partition an operator deleted gets it back
-    added = [rid for rid in sorted(new + changed) if rid not in set(existing)]
+    # the tick's runs become one stretch at the end of the order; a changed run whose partition an operator
+    # deleted gets it back
+    ticked = sorted(new + changed)
+    moved, added = batch_moves(existing, ticked)
     dynamic = []
+    if removed or moved:
+        dynamic.append(DeleteDynamicPartitionsRequest(RUN_PARTITIONS_NAME, [*removed, *moved]))
     if added:
         dynamic.append(AddDynamicPartitionsRequest(RUN_PARTITIONS_NAME, added))
-    if removed:
-        dynamic.append(DeleteDynamicPartitionsRequest(RUN_PARTITIONS_NAME, removed))
+    order = [k for k in existing if k not in set(moved)] + added
+    batch = [k for k in order if k in set(ticked)]
     return SensorResult(
-        run_requests=batch_requests([*existing, *added], new, changed, cursor),
+        run_requests=[batch_request(batch, new, changed, cursor)] if batch else [],
         dynamic_partitions_requests=dynamic,
         cursor=json.dumps(cursor, sort_keys=True),
     )
@@ -143,12 +145,12 @@ def summarised_runs(instance, dagster_run_id: str) -> list[str]:
 
 @run_status_sensor(
     run_status=DagsterRunStatus.SUCCESS,
-    monitored_jobs=[run_assets_job, run_health_job],
+    monitored_jobs=[analyze_batch],
     default_status=DefaultSensorStatus.STOPPED,
     description="Mails when newly analysed verl runs failed or show anomalous steps (optional).",
 )
 def run_attention_mail(context: RunStatusSensorContext, smtp: SmtpResource, warehouse: WarehouseResource):
-    """After a per-run job succeeds, mail the runs it analysed that failed or have anomalous steps."""
+    """After a run of analyze_batch succeeds, mail the runs it analysed that failed or have anomalous steps."""
     runs = runs_needing_attention(warehouse.root, summarised_runs(context.instance, context.dagster_run.run_id))
     if not runs:
         return

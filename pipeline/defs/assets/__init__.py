@@ -32,15 +32,16 @@ ASSET_CHECKS = [anomaly_model_fresh]
 
 
 def _split(names: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """Tables that can be built before the anomaly model is fitted, and those that read it."""
+    """Tables that can be built before the anomaly model is fitted, and those that read it (benchmarks/bench_pipeline.py
+    times the stages apart)."""
     return [n for n in names if not tables.needs_model(n)], [n for n in names if tables.needs_model(n)]
 
 
 RUN_BEFORE_MODEL, RUN_AFTER_MODEL = _split(tables.per_run_tables())
 FLEET_BEFORE_MODEL, FLEET_AFTER_MODEL = _split(tables.fleet_tables())
-# The run job's assets (the sensor's, per run_id partition): a run's report and every table it reads, the
+# The sensor's selection of analyze_batch (per run_id partition): a run's report and every table it reads, the
 # fleet tables among them, so a report rendered there has the rows a command-line one has. The model is
-# refitted by `analyze` and the nightly job only: runs of this job go side by side, and a fit is fleet-wide.
+# refitted by `analyze` and the nightly run only: the sensor's runs go side by side, and a fit is fleet-wide.
 RUN_JOB_ASSETS = [*tables.names(), "run_report"]
-# Fleet assets of the nightly job, the model aside (it is refitted only when due)
+# Fleet assets of the nightly run, the model aside (it is refitted only when due)
 NIGHTLY_ASSETS = [*tables.fleet_tables(), "fleet_report", "fleet_report_mail", "published_warehouse"]
