@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster import AssetKey, DagsterInstance, Definitions
+from dagster import AssetKey, DagsterInstance, Definitions, LoggerDefinition, default_loggers, logger
 
 from pipeline import tables
 from pipeline.defs.assets import ASSET_CHECKS, ASSETS
+from pipeline.defs.assets.ingest import ingested_run
 from pipeline.defs.assets.report import DAY_TAG, MAIL_TAG
 from pipeline.defs.jobs import analyze_batch
 from pipeline.defs.partitions import partition_tags, place_batch
@@ -25,8 +27,9 @@ from pipeline.quality import model_age_days, model_refit_due
 from pipeline.run_outcomes import outcome_counts
 from pipeline.selection import NoRunsError, RunSelection, no_runs_message
 
-# Dagster's console logger prints every step event at DEBUG; the command line shows a summary instead.
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# Dagster's console logger prints every step event at DEBUG; the command line shows what the run starts
+# doing next, in words, instead (the `progress` logger)
+RUN_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}, "progress": {}}}
 
 
 @dataclass
@@ -53,20 +56,36 @@ def batch_selection(runs: bool, fleet_tables: bool, fit: bool, mail: bool) -> li
             "fleet_report", *(("fleet_report_mail",) if mail else ())]
 
 
-def _plan(runs: int, unchanged: int, fit: bool, fleet_tables: bool, mail: bool) -> str:
-    """What the batch's run does, in words, for the command line's progress."""
-    steps = []
-    if runs:
-        steps.append(f"reading and diagnosing {runs} run{'s' if runs != 1 else ''}"
-                     + (f" ({unchanged} unchanged since their last analysis)" if unchanged else ""))
-    if fit:
-        steps.append("fitting the anomaly model on the fleet")
-    elif fleet_tables:
-        steps.append("updating the fleet tables")
-    if runs:
-        steps.append("scoring anomalous steps and writing the run reports")
-    steps.append("writing the fleet report" + (" and mailing it" if mail else ""))
-    return f"one run of {analyze_batch.name}: " + ", then ".join(steps)
+def _stages(runs: int, unchanged: int, mail: bool) -> dict[str, str]:
+    """What the batch's run starts doing at each step, in words: step key -> message (the first step of a
+    message says it)."""
+    read = (f"reading and diagnosing {runs} run{'s' if runs != 1 else ''}"
+            + (f" ({unchanged} unchanged since their last analysis)" if unchanged else ""))
+    return {ingested_run.op.name: read, **dict.fromkeys(tables.fleet_tables(), "updating the fleet tables"),
+            tables.MODEL: "fitting the anomaly model on the fleet",
+            "step_anomalies": "scoring anomalous steps and writing the run reports",
+            "fleet_report": "writing the fleet report" + (" and mailing it" if mail else "")}
+
+
+def progress_logger(say: Callable[[str], None], stages: dict[str, str]) -> LoggerDefinition:
+    """A Dagster logger that tells `say` each stage of `stages` as the run starts its first step."""
+    said: set[str] = set()
+
+    class StageStarts(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            event = (getattr(record, "dagster_meta", None) or {}).get("dagster_event")
+            what = stages.get(event.step_key) if event is not None and event.event_type_value == "STEP_START" else None
+            if what and what not in said:
+                said.add(what)
+                say(what)
+
+    @logger(description="What the run starts doing next, in words, for the command line.")
+    def progress(_context):
+        log = logging.Logger("verl-health-progress", level=logging.DEBUG)
+        log.addHandler(StageStarts())
+        return log
+
+    return progress
 
 
 def analyze_archive(
@@ -124,13 +143,13 @@ def analyze_archive(
     # a fleet table deleted or damaged since the last analysis is rebuilt even when no run changed
     fleet_gone = bool(ordered or unchanged) and any(table_source(warehouse, t) is None for t in tables.fleet_tables())
     rebuild_fleet = bool(ordered) or fit or fleet_gone
-    say(_plan(len(ordered), len(unchanged), fit, rebuild_fleet, mail))
     tags = {**(partition_tags(ordered) if ordered else {}), **({REINGEST_TAG: "true"} if force and ordered else {}),
             DAY_TAG: day.isoformat(), **({MAIL_TAG: "true"} if mail else {})}
-    job = Definitions(assets=ASSETS, asset_checks=ASSET_CHECKS, jobs=[analyze_batch],
-                      resources=resources).resolve_job_def(analyze_batch.name)
+    loggers = {**default_loggers(), "progress": progress_logger(say, _stages(len(ordered), len(unchanged), mail))}
+    job = Definitions(assets=ASSETS, asset_checks=ASSET_CHECKS, jobs=[analyze_batch], resources=resources,
+                      loggers=loggers).resolve_job_def(analyze_batch.name)
     job.execute_in_process(
-        instance=instance, tags=tags, run_config=QUIET_LOGS,
+        instance=instance, tags=tags, run_config=RUN_LOGS,
         asset_selection=[AssetKey(a) for a in batch_selection(bool(ordered), rebuild_fleet, fit, mail)])
     refresh_catalog(warehouse)
     fleet_path = Path(reports) / "fleet" / f"{day.isoformat()}.html"
