@@ -1,7 +1,7 @@
 """A batch of runs is one Dagster run of the named job `analyze_batch`, even when its runs are apart in the
 partition order: re-analysed runs move to the end of the order and one range selects them and no other run."""
 
-from dagster import DagsterEventType, DagsterInstance
+from dagster import AssetKey, DagsterEventType, DagsterInstance
 from operate_support import set_age, write_run
 
 from pipeline.defs.analysis import analyze_archive
@@ -53,6 +53,7 @@ def test_two_changed_runs_apart_in_the_partition_order_are_one_run_of_analyze_ba
     summaries = instance.all_logs(batch.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
     assert sorted(e.dagster_event.partition for e in summaries
                   if e.dagster_event.asset_key.to_user_string() == "run_summary") == ["run-a", "run-c"]
+    assert instance.get_materialized_partitions(AssetKey("run_summary")) == set(RUNS)
     assert instance.all_logs(batch.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
     # the tables and the reports of both changed runs are new; the others' are as they were
     assert _last_steps(warehouse) == {"run-a": 7, "run-b": 3, "run-c": 7, "run-d": 3}
