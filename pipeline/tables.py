@@ -110,16 +110,53 @@ TABLES = (
         ),
     ),
     Table(
+        "run_files", "derived", "sql", ("log_lines",),
+        ("run_id", "file", "side_file", "is_main"),
+        "Per file of a run: its lines, last clock and last resume segment, whether it is a logger's side file, and"
+        " whether it is the driver log.",
+    ),
+    Table(
+        "run_progress", "derived", "sql", ("runs", "log_lines", "step_metrics", "step_phases", "run_files"),
+        ("run_id", "last_step", "expected_steps", "reached_end", "progress_line_no", "began"),
+        "Per run: how far it got, the driver-log line of its last progress, whether training began, verl's progress"
+        " bar, and the runs an earlier launch left in the same log.",
+    ),
+    Table(
+        "run_step_time", "derived", "sql", ("log_lines", "step_phases", "run_training", "run_progress"),
+        ("run_id", "median_step_s", "bottleneck_phase", "counted_s", "last_checkpoint_step", "running_s"),
+        "Per run: where its time went (phase sums and shares, the bottleneck), the time in steps a checkpoint kept,"
+        " the running time per resume segment, and the time before a training collapse.",
+    ),
+    Table(
+        "run_cause", "derived", "sql",
+        ("log_lines", "step_metrics", "step_health", "run_events", "run_files", "run_progress"),
+        ("run_id", "cause_class", "cause_position", "root_cause_line_no", "stop_position", "stop_reason"),
+        "Per run: the error that ended it and its root-cause line, a stop on purpose or by a scheduler, the phase"
+        " the driver's traceback names, and a divergence's onset.",
+    ),
+    Table(
+        "run_stall", "derived", "sql", ("log_lines", "run_files", "run_progress", "run_step_time", "run_cause"),
+        ("run_id", "tail_phase", "held", "hung", "hang_duration_s", "hang_line_no"),
+        "Per run: what its driver log did after its last progress: the phase of its last sign of work, a debugger"
+        " a person attached, and a stall with its evidence, length and line.",
+    ),
+    Table(
         "run_summary", "derived", "sql",
-        ("runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_training", "run_events"),
+        ("runs", "log_lines", "run_progress", "run_step_time", "run_cause", "run_stall"),
         ("run_id", "failure_class", "last_step", "expected_steps", "root_cause_file", "root_cause_line_no",
          "root_cause_text", "bottleneck_phase", "failure_phase", "stop_reason", "hang_reason", "training_outcome",
          "training_outcome_step"),
         "One row per run: failure class, last step, root cause line, bottleneck, goodput.",
     ),
     Table(
+        "config_checks", "derived", "sql", ("runs",),
+        ("run_id", "finding", "severity", "setting", "message"),
+        "Per setting check a run's config fails (batch sizes that do not divide, grad clip off, a wide clip ratio,"
+        " no KL regularisation): the setting and the message; config_findings adds the evidence line.",
+    ),
+    Table(
         "config_findings", "derived", "sql",
-        ("runs", "log_lines", "step_metrics", "step_health", "run_events", "run_summary"),
+        ("runs", "log_lines", "step_metrics", "step_health", "run_events", "run_summary", "config_checks"),
         (),
         "Configuration problems the logs show, each with its evidence line.",
     ),

@@ -18,6 +18,13 @@ def test_every_sql_file_is_a_declared_sql_table_and_back():
     assert files == set(tables.sql_tables())
 
 
+def test_every_sql_file_is_short_enough_to_read_at_once():
+    """One derived table per file, each a size a reader takes in at once: intermediate tables, not longer files."""
+    lengths = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "sql").glob("*.sql")}
+    assert len(lengths) >= 19
+    assert {name: n for name, n in lengths.items() if n > 300} == {}
+
+
 def test_tables_read_only_tables_declared_before_them():
     seen = set()
     for t in tables.TABLES:
