@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
 import sys
 import time
 from pathlib import Path
@@ -170,7 +171,33 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command).parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except Exception as exc:
+        if (full := disk_full(exc, args)) is None:
+            raise
+        print(f"error: {full}", file=sys.stderr)
+        return 1
+
+
+def disk_full(exc: BaseException, args: argparse.Namespace) -> str | None:
+    """What filled up, in words, when `exc` (or an error behind it) is a disk running full; else None.
+
+    The tables and reports already written stay (each is swapped into place whole), and runs left unfinished
+    are redone by the next analyze."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "database or disk is full" in str(seen) and getattr(args, "warehouse", None):
+            from pipeline.defs.instance import record_home
+
+            return (f"the disk holding the Dagster record ({record_home(args.warehouse)}) is full: the analysis "
+                    "stopped. What it wrote is kept and the next analyze redoes the rest; free space there, set "
+                    "DAGSTER_HOME to another disk, or run with --no-record")
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return (f"no space left on the device{f' writing {seen.filename}' if seen.filename else ''}: the "
+                    "analysis stopped. What it wrote is kept and the next analyze redoes the rest")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 if __name__ == "__main__":
