@@ -231,6 +231,17 @@ def names(layer: str | None = None, writer: str | None = None, per_run: bool | N
     )
 
 
+def with_inputs(*wanted: str) -> tuple[str, ...]:
+    """`wanted` and every table they read, directly or through others, in dependency order."""
+    need: set[str] = set()
+    todo = list(wanted)
+    while todo:
+        if (name := todo.pop()) not in need:
+            need.add(name)
+            todo.extend(table(name).reads)
+    return tuple(t.name for t in TABLES if t.name in need)
+
+
 def per_run_tables() -> tuple[str, ...]:
     """Tables partitioned by run_id."""
     return names(per_run=True)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from dagster import AssetCheckSeverity, AssetSelection, DagsterInstance, materialize
 from operate_support import fail_ingest_of, write_run
 
-from pipeline import lake
+from pipeline import lake, tables
 from pipeline.defs.assets import derive as derive_assets
 from pipeline.defs.assets.detect import anomaly_model_fresh
 from pipeline.defs.definitions import build_definitions
@@ -20,8 +20,7 @@ from pipeline.incremental import REINGEST_TAG
 from pipeline.lake import connect, run_partition_dir
 from pipeline.quality import contract_violations, lines_conserved
 
-INGEST_AND_DERIVE = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events",
-                     "run_summary", "config_findings"]
+INGEST_AND_DERIVE = list(tables.with_inputs("run_summary", "config_findings"))
 
 
 def _materialize(tmp_path, run_ids, selection, **extra_tags):

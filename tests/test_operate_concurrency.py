@@ -19,10 +19,9 @@ from operate_support import ROOT, simulate, write_run
 
 from pipeline import derive, lake
 from pipeline.defs.analysis import analyze_archive
-from pipeline.tables import per_run_tables
+from pipeline.tables import per_run_tables, with_inputs
 
-TABLES = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
-          "config_findings"]
+TABLES = list(with_inputs("run_summary", "config_findings"))
 VOLATILE = {"ingested_at"}
 WORKER = """
 import sys

@@ -15,11 +15,11 @@ from pipeline import lake
 from pipeline.defs.definitions import reconstructable_job
 from pipeline.defs.executors import dask_run_config, resources_run_config
 from pipeline.defs.partitions import RUN_PARTITIONS_NAME
+from pipeline.tables import with_inputs
 
 # two runs of these tables side by side take 10 to 70 s on the shared 2-core machine
 MAX_RUN_S = 150
-TABLES = ["runs", "log_lines", "step_metrics", "step_phases", "step_health", "run_events", "run_summary",
-          "config_findings"]
+TABLES = list(with_inputs("run_summary", "config_findings"))
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ def test_sql_names_only_declared_classes_and_phases():
             named = set(re.findall(r"'(\w+)'", group))
             if {"completed", "interrupted"} <= named:  # "did not fail" spelled out: all of it
                 assert named >= set(vocabulary.NOT_FAILED), (name, named)
-    summary = _sql_texts()["run_summary.sql"]
+    summary = _sql_texts()["run_cause.sql"]
     mapped = re.findall(r"\('\w+', '(\w+)', \d+, \d+\)", summary)
     assert mapped and set(mapped) <= set(vocabulary.FAILURE_CLASSES)
     phases = re.findall(r"\('timing(?:_s)?/\w+', '(\w+)', \d+\)", _sql_texts()["step_phases.sql"])
