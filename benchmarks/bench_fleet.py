@@ -6,8 +6,8 @@ every report included, within 3x of the hand-written parse (`baseline_handwritte
 Ray worker logs, metrics JSONL, W&B files; `.tar.gz` members and `.gz` bodies unpacked) is first written out
 as plain text, untimed: the baseline gets the same bytes without paying for the archive formats.
 
-Each scenario runs `analyze` into a fresh warehouse and Dagster home, then the hand-written parse and
-DuckDB's `read_csv` of the same lines, each in its own subprocess (wall, CPU, peak RSS), and prints the
+Each scenario runs `analyze` into a fresh warehouse and Dagster home, then the hand-written parse, the
+minimal parse of the step metrics alone (`baseline_minimal.py`) and DuckDB's `read_csv` of the same lines, each in its own subprocess (wall, CPU, peak RSS), and prints the
 ratios and the load average. `--real-copies N` adds the real-log fleet of `bench_real.py` (each shared log
 N times, 230 runs for N=10).
 
@@ -90,14 +90,17 @@ def scenario(name: str, archive: Path, files: list[Path], scratch: Path, again: 
                "--reports", str(work / "reports")]
     ours = measure(analyze)
     hand = measure([PY, str(REPO / "benchmarks" / "baseline_handwritten.py"), str(work / "csv"), *map(str, files)])
+    minimal = measure([PY, str(REPO / "benchmarks" / "baseline_minimal.py"), str(work / "csv-min"), *map(str, files)])
     duck = measure([PY, "-c", DUCKDB_READ, *map(str, files)])
     reports = len(list((work / "reports").glob("runs/*.html")))
     row = {"scenario": name, "runs": len(list(archive.iterdir())), "run reports": reports, "files": len(files),
            "MB": round(sum(f.stat().st_size for f in files) / 2**20, 1)}
-    for label, m in (("analyze", ours), ("hand-written", hand), ("duckdb read", duck)):
+    for label, m in (("analyze", ours), ("hand-written", hand), ("minimal parse", minimal), ("duckdb read", duck)):
         row[f"{label} wall s / CPU s / MB RSS"] = f"{m['wall']:.1f} / {m['cpu']:.1f} / {m['rss_mb']:.0f}"
     row["analyze time over hand-written (wall)"] = round(ours["wall"] / hand["wall"], 2)
     row["analyze time over hand-written (CPU)"] = round(ours["cpu"] / hand["cpu"], 2)
+    row["analyze time over minimal parse (wall)"] = round(ours["wall"] / minimal["wall"], 2)
+    row["analyze time over minimal parse (CPU)"] = round(ours["cpu"] / minimal["cpu"], 2)
     row["analyze time over duckdb read (wall)"] = round(ours["wall"] / duck["wall"], 1)
     row["load average (1 min) before / after"] = f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"
     if again:
@@ -111,6 +114,7 @@ def scenario(name: str, archive: Path, files: list[Path], scratch: Path, again: 
         row["the same over hand-written (wall / CPU)"] = (
             f"{memory['wall'] / hand['wall']:.2f} / {memory['cpu'] / hand['cpu']:.2f}")
     shutil.rmtree(work / "csv", ignore_errors=True)
+    shutil.rmtree(work / "csv-min", ignore_errors=True)
     return row
 
 

@@ -8,8 +8,9 @@ many start-ups), so this benchmark builds its input from ../shared/real-logs:
 
 For each it measures, in their own subprocesses: `verl-health analyze` end to end (ingest, derive, detect,
 every report; wall time, CPU time, peak RSS), the seed article's hand-written parse
-(`baseline_handwritten.py`: Python `re` per line -> pandas -> CSV) of the same files, and DuckDB's
-`read_csv` of their lines. It prints each figure and the ratios.
+(`baseline_handwritten.py`: Python `re` per line -> pandas -> CSV, every line kept), the minimal parse of the
+step metrics alone (`baseline_minimal.py`: `re` per step line -> pandas -> CSV) and DuckDB's `read_csv` of their
+lines. It prints each figure and the ratios against both parses.
 
 Usage: python benchmarks/bench_real.py [--cache DIR] [--big-mb 300] [--copies 10] [--only big|fleet]
 """
@@ -77,13 +78,15 @@ def scenario(name: str, archive: Path, scratch: Path) -> dict:
     ours = measure([str(REPO / ".venv" / "bin" / "verl-health"), "analyze", str(archive),
                     "--warehouse", str(scratch / f"{name}-wh"), "--reports", str(scratch / f"{name}-rep")])
     hand = measure([PY, str(REPO / "benchmarks" / "baseline_handwritten.py"), str(scratch / f"{name}-csv"), *files])
+    minimal = measure([PY, str(REPO / "benchmarks" / "baseline_minimal.py"), str(scratch / f"{name}-min"), *files])
     duck = measure([PY, "-c", DUCKDB_READ, *files])
     row = {"scenario": name, "files": len(files), "MB": round(size_mb, 1)}
-    for label, m in (("analyze", ours), ("hand-written", hand), ("duckdb read", duck)):
+    for label, m in (("analyze", ours), ("hand-written", hand), ("minimal parse", minimal), ("duckdb read", duck)):
         row[f"{label} s"] = round(m["wall"], 1)
         row[f"{label} cpu s"] = round(m["cpu"], 1)
         row[f"{label} MB RSS"] = round(m["rss_mb"])
     row["analyze speed vs hand-written"] = round(hand["wall"] / ours["wall"], 2)
+    row["analyze speed vs minimal parse"] = round(minimal["wall"] / ours["wall"], 2)
     row["analyze time over duckdb read"] = round(ours["wall"] / duck["wall"], 1)
     # the machine may be shared: the ratios are measured under the same load, the seconds are not comparable
     row["load average (1 min) before / after"] = f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"
