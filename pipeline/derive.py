@@ -167,8 +167,11 @@ def _connect(warehouse: str | Path, names: Iterable[str], run_ids: list[str] | N
 def _refresh_view(con: duckdb.DuckDBPyConnection, warehouse: str | Path, table: str,
                   run_ids: list[str] | None = None) -> None:
     """Point the view of `table` at what is on disk now (it may have been written by this process): at the
-    partitions of `run_ids` when given, and where the table has none of them, at no rows with its columns."""
-    src, rows = lake.table_source(warehouse, table, run_ids), ""
+    partitions of `run_ids` when given, and where the table has none of them, at no rows with its columns; without
+    `run_ids`, a per-run table is read from its one-file fleet input (`lake.fleet_input_source`)."""
+    whole_run_table = run_ids is None and tables.table(table).per_run
+    src = lake.fleet_input_source(warehouse, table) if whole_run_table else lake.table_source(warehouse, table, run_ids)
+    rows = ""
     if src is None and run_ids is not None and (other := lake.a_run_of(warehouse, table)) is not None:
         src, rows = lake.table_source(warehouse, table, [other]), " limit 0"
     if src is not None:

@@ -6,6 +6,7 @@ import ctypes
 import errno
 import fcntl
 import functools
+import json
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.tables import names, per_run_tables
@@ -460,3 +462,110 @@ def _catalog_sources(catalog: Path) -> dict[str, str] | None:
     finally:
         con.close()
     return {name: comment for name, comment in found}
+
+
+# One Parquet file per per-run table that the fleet tables read, kept in step with the partitions: a fleet
+# query over a thousand runs reads one file instead of a thousand footers (fleet_daily 3.8 s -> ms).
+FLEET_INPUTS_DIR = ".fleet-inputs"
+# the file's key-value metadata: each run's partition files as they were when their rows were copied
+_VERSIONS_KEY = b"verl_health_partitions"
+
+
+def fleet_input_path(warehouse: str | Path, table: str) -> Path:
+    """The one-file copy of every run's partition of the per-run `table` (see `fleet_input_source`)."""
+    return Path(warehouse) / FLEET_INPUTS_DIR / f"{table}.parquet"
+
+
+def _partition_versions(warehouse: str | Path, table: str) -> dict[str, list[list]]:
+    """Each run's partition files of `table` with what tells one version of a file from another."""
+    found = {}
+    try:
+        with os.scandir(table_dir(warehouse, table)) as entries:
+            runs = sorted(e.name for e in entries if e.name.startswith("run_id="))
+    except FileNotFoundError:
+        return {}
+    for run in runs:
+        # name, modification time and size: a copied warehouse (cp -a, rsync -a) keeps its fleet inputs
+        files = [[f.name, *version[1:]] for f in _parquet_files(table_dir(warehouse, table) / run)
+                 if (version := _file_version(f)) is not None]
+        if files:
+            found[run.split("=", 1)[1]] = files
+    return found
+
+
+def _copied_versions(path: Path, meta: dict | None = None) -> dict[str, list[list]] | None:
+    """The partition versions a fleet input file was copied from (from its schema's `meta` when given), or
+    None when there is none to trust."""
+    if meta is None:
+        if not parquet_readable(path):
+            return None
+        try:
+            meta = pq.read_schema(path).metadata or {}
+        except (OSError, pa.ArrowException):
+            return None
+    return json.loads(meta[_VERSIONS_KEY]) if _VERSIONS_KEY in meta else None
+
+
+def fleet_input_source(warehouse: str | Path, table: str) -> str | None:
+    """A `read_parquet(...)` of every run's rows of the per-run `table`, as `table_source` gives them (same
+    rows, same columns, runs in run_id order), from one file brought up to date with the partitions first.
+
+    Only the runs whose partition files changed, appeared or went since the last copy are read again, so a
+    fleet table after one new run reads that run's partitions and one file. The file is replaced whole with the
+    versions it was copied from, so two processes bringing it up to date at once each leave a true copy.
+    """
+    versions = _partition_versions(warehouse, table)
+    if not versions:
+        return table_source(warehouse, table)
+    path = fleet_input_path(warehouse, table)
+    if _copied_versions(path) != versions and not _write_fleet_input(warehouse, table, path, versions):
+        return table_source(warehouse, table)
+    return f"read_parquet({sql_literal(path)})"
+
+
+def fleet_sources(warehouse: str | Path, only: Iterable[str]) -> dict[str, str]:
+    """`present_tables` for a reader of the whole fleet: each per-run table of `only` from its fleet input."""
+    wanted, per_run = set(only), set(per_run_tables())
+    found = {}
+    for table in (t for t in names() if t in wanted):
+        src = fleet_input_source(warehouse, table) if table in per_run else table_source(warehouse, table)
+        if src is not None:
+            found[table] = src
+    return found
+
+
+def _write_fleet_input(warehouse: str | Path, table: str, path: Path, versions: dict) -> bool:
+    """Rewrite the fleet input file of `table`: the copied rows of unchanged runs and the changed runs' rows;
+    False when no run has a readable file (nothing written)."""
+    old, copied = None, {}
+    if parquet_readable(path):
+        try:
+            # the rows and the versions they were copied from, in one read (another process may replace the file)
+            old = pq.read_table(path)
+            copied = _copied_versions(path, old.schema.metadata or {}) or {}
+        except (OSError, pa.ArrowException):
+            old = None
+    changed = [run for run, files in versions.items() if copied.get(run) != files]
+    parts = []
+    if old is not None and len(changed) < len(versions):
+        unchanged = pa.array([r for r in versions if r not in changed], pa.string())
+        parts.append(old.filter(pc.is_in(pc.field("run_id"), value_set=unchanged)))
+    # a changed run whose files cannot be read has no rows here, as table_source leaves it out
+    if changed and (source := table_source(warehouse, table, changed)) is not None:
+        with duckdb.connect() as con:
+            parts.append(con.sql(f"select * from {source}").to_arrow_table())
+    if not parts:
+        return False
+    data = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+    # runs in run_id order, each run's rows in its files' order: the order the partitions' glob reads them in
+    data = data.take(pc.sort_indices(data, [("run_id", "ascending")]))
+    data = data.replace_schema_metadata({_VERSIONS_KEY: json.dumps(versions)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        pq.write_table(data, tmp, compression="zstd")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return True

@@ -83,7 +83,7 @@ class FleetReportData:
 
 def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
     """Every run that ended by the end of `day` (or has no time), and the weeks that ended by then."""
-    sources = lake.present_tables(warehouse, only=RUN_READS)
+    sources = lake.fleet_sources(warehouse, RUN_READS)
     if "run_summary" not in sources:
         return FleetReportData(day=day, runs=[])
     con = lake.connect(warehouse, only=FLEET_READS)

@@ -1,0 +1,103 @@
+"""Fleet tables kept up to date run by run: after runs are added, re-derived or removed, the fleet tables read
+only those runs' partitions again, and their rows are those of a rebuild from every partition."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import derive, lake, tables
+
+FLEET = derive.FLEET_TABLES
+
+
+def _rows(warehouse, table: str) -> list[dict]:
+    return pq.read_table(lake.fleet_table_path(warehouse, table)).to_pylist()
+
+
+def _same(a, b) -> bool:
+    """Equal values; floats to 12 digits (DuckDB's parallel sums add in no fixed order, rebuild or not)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Six simulated runs analysed up to the fleet tables, then two more added, one re-derived and one removed:
+    the fleet tables of that warehouse (reads recorded) and of the same partitions rebuilt from scratch."""
+    from lab.simulate import simulate_fleet
+    from pipeline.ingest import discover_runs, ingest_run
+
+    out = tmp_path_factory.mktemp("fleet_inputs")
+    simulate_fleet(out, runs=8, seed=20261204)
+    wh = out / "warehouse"
+    entries = discover_runs(out / "archive", quiet_period_s=0, now=time.time() + 10**7).entries
+    first, later = entries[:6], entries[6:]
+    for entry in first:
+        ingest_run(entry, wh)
+    derive.derive_run_tables(wh, [e.run_id for e in first])
+    derive.derive_fleet_tables(wh)
+    before = {t: _rows(wh, t) for t in FLEET}
+
+    for entry in later:
+        ingest_run(entry, wh)
+    changed = [e.run_id for e in later] + [first[0].run_id]
+    derive.derive_run_tables(wh, changed)
+    removed = first[1].run_id
+    for table in tables.per_run_tables():
+        shutil.rmtree(lake.run_partition_dir(wh, table, removed), ignore_errors=True)
+
+    reads = []
+    original = lake.table_source
+
+    def recording(warehouse, table, run_ids=None):
+        if tables.table(table).per_run and run_ids is not None:  # without run_ids: whether the table is there
+            reads.append((table, sorted(run_ids)))
+        return original(warehouse, table, run_ids)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(lake, "table_source", recording)
+    try:
+        derive.derive_fleet_tables(wh)
+    finally:
+        mp.undo()
+    incremental = {t: _rows(wh, t) for t in FLEET}
+    shutil.rmtree(wh / lake.FLEET_INPUTS_DIR)
+    derive.derive_fleet_tables(wh)
+    rebuilt = {t: _rows(wh, t) for t in FLEET}
+    present = sorted({e.run_id for e in entries} - {removed})
+    return dict(before=before, incremental=incremental, rebuilt=rebuilt, reads=reads, changed=sorted(changed),
+                ingested=sorted(e.run_id for e in later), present=present, removed=removed)
+
+
+@pytest.mark.parametrize("table", FLEET)
+def test_incremental_fleet_table_rows_equal_a_rebuild(fleet, table):
+    got, want = fleet["incremental"][table], fleet["rebuilt"][table]
+    assert len(got) == len(want) and got, table
+    assert all(_same(g, w) for g, w in zip(got, want, strict=True)), table
+
+
+def test_fleet_tables_hold_every_present_run_and_not_the_removed_one(fleet):
+    baselines = fleet["incremental"]["run_baselines"]
+    assert sorted(r["run_id"] for r in baselines) == fleet["present"]
+    assert sum(r["runs"] for r in fleet["incremental"]["fleet_daily"]) == len(fleet["present"])
+    assert sum(r["runs"] for r in fleet["before"]["fleet_daily"]) == 6
+
+
+def test_only_the_changed_runs_partitions_are_read_again(fleet):
+    assert fleet["reads"], "the fleet tables read no per-run table"
+    # each per-run table a fleet table reads is read again for the changed runs only
+    # the raw tables were written again for the new runs, the derived ones for the re-derived run too
+    for table, run_ids in fleet["reads"]:
+        assert run_ids == fleet["ingested" if tables.table(table).layer == "raw" else "changed"], table
+    read_tables = {t for t, _ in fleet["reads"]}
+    assert read_tables == {r for name in FLEET for r in tables.table(name).reads if tables.table(r).per_run}
