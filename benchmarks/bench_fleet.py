@@ -14,8 +14,11 @@ N times, 230 runs for N=10).
 `--dagster-in-memory` adds the same analysis recorded in Dagster's in-memory instance instead of the command
 line's SQLite home: what that record costs.
 
+`--one-more` measures what a launch script's last line waits for: the fleet but its last run is analysed
+(untimed), then `analyze --run` of that last run into the same warehouse, beside both parses of its files.
+
 Usage: python benchmarks/bench_fleet.py [--runs 100] [--seed 11] [--real-copies 0] [--repeat 1] [--keep DIR]
-       [--dagster-in-memory]
+       [--dagster-in-memory] [--one-more]
 """
 
 from __future__ import annotations
@@ -118,6 +121,39 @@ def scenario(name: str, archive: Path, files: list[Path], scratch: Path, again: 
     return row
 
 
+def one_more(name: str, archive: Path, scratch: Path) -> dict:
+    """`analyze --run` of the archive's last run into a warehouse holding every other run, beside the
+    hand-written and the minimal parse of that run's files."""
+    work = scratch / f"{name}-one-more"
+    shutil.rmtree(work, ignore_errors=True)
+    entries = sorted(archive.iterdir())
+    fleet, new = work / "fleet", work / "new"
+    fleet.mkdir(parents=True)
+    new.mkdir()
+    for entry in entries[:-1]:  # hard links: the same bytes and times, no copy
+        if entry.is_dir():
+            shutil.copytree(entry, fleet / entry.name, copy_function=os.link)
+        else:
+            os.link(entry, fleet / entry.name)
+    held = entries[-1]
+    (shutil.copytree(held, new / held.name) if held.is_dir() else shutil.copy2(held, new / held.name))
+    where = ["--warehouse", str(work / "warehouse"), "--reports", str(work / "reports")]
+    measure([*VERL_HEALTH, "analyze", str(fleet), *where])
+    files = plain_logs(new, work / "plain")
+    load_before = os.getloadavg()[0]
+    ours = measure([*VERL_HEALTH, "analyze", "--run", str(new / held.name), *where])
+    hand = measure([PY, str(REPO / "benchmarks" / "baseline_handwritten.py"), str(work / "csv"), *map(str, files)])
+    minimal = measure([PY, str(REPO / "benchmarks" / "baseline_minimal.py"), str(work / "csv-min"), *map(str, files)])
+    row = {"scenario": f"{name}: analyze --run of 1 new run into {len(entries) - 1}", "files": len(files),
+           "MB": round(sum(f.stat().st_size for f in files) / 2**20, 2)}
+    for label, m in (("analyze --run", ours), ("hand-written", hand), ("minimal parse", minimal)):
+        row[f"{label} wall s / CPU s / MB RSS"] = f"{m['wall']:.2f} / {m['cpu']:.2f} / {m['rss_mb']:.0f}"
+    row["analyze --run time over hand-written (wall)"] = round(ours["wall"] / hand["wall"], 2)
+    row["analyze --run time over minimal parse (wall)"] = round(ours["wall"] / minimal["wall"], 2)
+    row["load average (1 min) before / after"] = f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "verl-health-bench-fleet")
@@ -129,6 +165,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="work folder to keep (warehouse, reports)")
     ap.add_argument("--dagster-in-memory", action="store_true",
                     help="also analyze with Dagster's in-memory instance (what the SQLite record costs)")
+    ap.add_argument("--one-more", action="store_true",
+                    help="only `analyze --run` of the last run into a warehouse of all the others")
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     archives = [(f"simulated-{args.runs}", simulated_fleet(args.cache, args.runs, args.seed))]
@@ -137,6 +175,10 @@ def main() -> None:
     scratch = args.keep or Path(tempfile.mkdtemp(dir=args.cache))
     try:
         for name, archive in archives:
+            if args.one_more:
+                row = one_more(name, archive, scratch)
+                print("\n".join(f"{key:46s} {v}" for key, v in row.items()), "\n", flush=True)
+                continue
             files = plain_logs(archive, scratch / f"{name}-plain")
             for _ in range(args.repeat):
                 row = scenario(name, archive, files, scratch, args.again, args.dagster_in_memory)
