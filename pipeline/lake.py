@@ -291,7 +291,8 @@ def sweep_leftovers(warehouse: str | Path, now: float | None = None) -> list[Pat
     now = time.time() if now is None else now
     removed = []
     try:
-        folders = [warehouse, *(p for p in warehouse.iterdir() if p.is_dir() and not p.name.startswith("."))]
+        folders = [warehouse, *(p for p in warehouse.iterdir()
+                                if p.is_dir() and (not p.name.startswith(".") or p.name == FLEET_INPUTS_DIR))]
     except FileNotFoundError:
         return []
     for folder in folders:

@@ -101,3 +101,14 @@ def test_only_the_changed_runs_partitions_are_read_again(fleet):
         assert run_ids == fleet["ingested" if tables.table(table).layer == "raw" else "changed"], table
     read_tables = {t for t, _ in fleet["reads"]}
     assert read_tables == {r for name in FLEET for r in tables.table(name).reads if tables.table(r).per_run}
+
+
+def test_a_killed_fleet_input_write_is_swept_and_the_input_kept(tmp_path):
+    folder = tmp_path / "warehouse" / lake.FLEET_INPUTS_DIR
+    folder.mkdir(parents=True)
+    kept = folder / "step_phases.parquet"
+    kept.write_bytes(b"PAR1")
+    leftover = folder / f".step_phases.parquet.{'a' * 32}.tmp"
+    leftover.write_bytes(b"half a file")
+    assert lake.sweep_leftovers(tmp_path / "warehouse", now=time.time() + lake.STALE_AFTER_S + 60) == [leftover]
+    assert kept.exists() and not leftover.exists()
