@@ -48,6 +48,8 @@ ADVICE_FIELDS = {
 ADVICE_ACTIONS = ("halve", "double", "step", "scale", "enable", "disable", "set", "check")
 ADVICE_KINDS = ("config", "env", "check")
 DERIVE_MEMORY_LIMIT = "512MB"
+# runs derived at a time: 999 runs in one go peaked at 1,369 MB, in chunks of 100 at 520 MB (and took 0.8x the time)
+RUN_CHUNK = 100
 # how often a derive query is bound again after another process swapped a partition it was reading
 READ_ATTEMPTS = 4
 # what DuckDB says when a file it bound is gone or replaced before it reads it
@@ -275,11 +277,20 @@ def derive_run_table(
     if name not in RUN_TABLES:
         raise ValueError(f"{name} is not a per-run derived table ({', '.join(RUN_TABLES)})")
     run_ids = list(run_ids)
-    con = _connect(warehouse, [name], run_ids)
-    try:
-        return _run_table(con, warehouse, name, run_ids, thresholds, read_after=False)
-    finally:
-        con.close()
+    rows = 0
+    for chunk in run_chunks(run_ids):
+        con = _connect(warehouse, [name], chunk)
+        try:
+            rows += _run_table(con, warehouse, name, chunk, thresholds, read_after=False)
+        finally:
+            con.close()
+    return rows
+
+
+def run_chunks(run_ids: list[str]) -> list[list[str]]:
+    """`run_ids` in chunks of at most RUN_CHUNK runs: a per-run table's rows of a run read only that run's
+    partitions, so a batch is derived chunk by chunk and its memory does not grow with the batch."""
+    return [run_ids[i : i + RUN_CHUNK] for i in range(0, len(run_ids), RUN_CHUNK)]
 
 
 def derive_run_tables(
@@ -288,15 +299,16 @@ def derive_run_tables(
     thresholds: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, int]:
     """Derive every per-run table for `run_ids` in dependency order; returns rows written per table."""
-    run_ids = list(run_ids)
-    con = _connect(warehouse, RUN_TABLES, run_ids)
-    try:
-        # a table gets a view of its new partitions only where a later one reads it
-        read_later = {t for name in RUN_TABLES for t in tables.table(name).reads}
-        counts = {name: _run_table(con, warehouse, name, run_ids, thresholds, read_after=name in read_later)
-                  for name in RUN_TABLES}
-    finally:
-        con.close()
+    # a table gets a view of its new partitions only where a later one reads it
+    read_later = {t for name in RUN_TABLES for t in tables.table(name).reads}
+    counts = dict.fromkeys(RUN_TABLES, 0)
+    for chunk in run_chunks(list(run_ids)):
+        con = _connect(warehouse, RUN_TABLES, chunk)
+        try:
+            for name in RUN_TABLES:
+                counts[name] += _run_table(con, warehouse, name, chunk, thresholds, read_after=name in read_later)
+        finally:
+            con.close()
     lake.refresh_catalog(warehouse)
     return counts
 
