@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
 
 import pytest
+from rows_support import same
 
 from pipeline import derive, lake
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
 
 
 def _rows(warehouse, table: str) -> list[tuple]:
@@ -73,4 +63,4 @@ def test_chunked_rows_equal_one_batch(batches, table):
     got, want = _rows(batches["chunked"], table), _rows(batches["whole"], table)
     assert len(got) == len(want)
     assert {r["run_id"] for r in want} <= set(batches["run_ids"])
-    assert all(_same(g, w) for g, w in zip(got, want, strict=True)), table
+    assert all(same(g, w) for g, w in zip(got, want, strict=True)), table

@@ -3,12 +3,12 @@ only those runs' partitions again, and their rows are those of a rebuild from ev
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
 
 import pyarrow.parquet as pq
 import pytest
+from rows_support import same
 
 from pipeline import derive, lake, tables
 
@@ -17,17 +17,6 @@ FLEET = derive.FLEET_TABLES
 
 def _rows(warehouse, table: str) -> list[dict]:
     return pq.read_table(lake.fleet_table_path(warehouse, table)).to_pylist()
-
-
-def _same(a, b) -> bool:
-    """Equal values; floats to 12 digits (DuckDB's parallel sums add in no fixed order, rebuild or not)."""
-    if isinstance(a, float) and isinstance(b, float):
-        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +72,7 @@ def fleet(tmp_path_factory):
 def test_incremental_fleet_table_rows_equal_a_rebuild(fleet, table):
     got, want = fleet["incremental"][table], fleet["rebuilt"][table]
     assert len(got) == len(want) and got, table
-    assert all(_same(g, w) for g, w in zip(got, want, strict=True)), table
+    assert all(same(g, w) for g, w in zip(got, want, strict=True)), table
 
 
 def test_fleet_tables_hold_every_present_run_and_not_the_removed_one(fleet):
