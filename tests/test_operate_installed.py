@@ -22,6 +22,9 @@ import pyarrow.parquet as pq
 import pytest
 from operate_support import ROOT, free_port, postgres_server, service, write_run
 
+from pipeline.defs.assets.report import MAIL_TAG
+from pipeline.defs.schedules import NIGHTLY_TAG
+
 # what the wheel is built from: the files a clone has (setup.py copies sql/ into the package)
 SOURCES = ["pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "workspace.yaml", "pipeline", "lab", "sql", "deploy"]
 INSTALL_TIMEOUT_S = 420
@@ -107,6 +110,18 @@ GRAPHQL_ASSETS = """query ($keys: [AssetKeyInput!]) { assetNodes(assetKeys: $key
   partitionStats { numMaterialized numFailed }
   assetChecksOrError { ... on AssetChecks { checks { name } } }
 } }"""
+GRAPHQL_REPOSITORIES = """{ repositoriesOrError { ... on RepositoryConnection { nodes { name location { name } } } } }"""
+# the UI's "Preview tick result" of a schedule and its "Launch all": the tick evaluated now, its run requests launched
+GRAPHQL_SCHEDULE_JOB = """query ($selector: ScheduleSelector!) {
+  scheduleOrError(scheduleSelector: $selector) { ... on Schedule { pipelineName } } }"""
+GRAPHQL_SCHEDULE_TICK = """mutation ($selector: ScheduleSelector!, $timestamp: Float) {
+  scheduleDryRun(selectorData: $selector, timestamp: $timestamp) {
+    __typename
+    ... on DryRunInstigationTick { evaluationResult {
+      runRequests { jobName runConfigYaml tags { key value } assetSelection { path } } skipReason error { message } } }
+    ... on PythonError { message } } }"""
+GRAPHQL_LAUNCH_RUNS = """mutation ($params: [ExecutionParams!]!) { launchMultipleRuns(executionParamsList: $params) {
+  __typename ... on LaunchMultipleRunsResult { launchMultipleRunsResult { __typename ... on PythonError { message } } } ... on PythonError { message } } }"""
 GRAPHQL_CHECK_RUNS = """query ($key: AssetKeyInput!, $check: String!) {
   assetCheckExecutions(assetKey: $key, checkName: $check, limit: 50) { runId status } }"""
 
@@ -129,7 +144,7 @@ def deployment(installed, tmp_path_factory):
             # the driver dagster-postgres installs (SQLAlchemy's default for postgresql:// is psycopg 3)
             DAGSTER_HOME=str(home), DAGSTER_PG_URL=pg_url.replace("postgresql://", "postgresql+psycopg2://"), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
             VERL_HEALTH_ARCHIVE=str(folder / "archive"), VERL_HEALTH_WAREHOUSE=str(folder / "warehouse"),
-            VERL_HEALTH_REPORTS=str(folder / "reports"), VERL_HEALTH_NIGHTLY_CRON="* * * * *",
+            VERL_HEALTH_REPORTS=str(folder / "reports"),
             DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS="true",
         )
         url = f"http://127.0.0.1:{port}"
@@ -178,6 +193,25 @@ def _first_run(url: str, job: str, timeout_s: float = DEPLOY_TIMEOUT_S, tag: str
     raise AssertionError(f"no finished run of {job} after {timeout_s} s")
 
 
+def _schedule_tick_now(url: str, schedule: str) -> list[dict]:
+    """Evaluate `schedule`'s tick now and launch its run requests, as an operator does from the UI (a run the
+    instance's queue hands to the daemon); the launch results."""
+    [repo] = _graphql(url, GRAPHQL_REPOSITORIES)["repositoriesOrError"]["nodes"]
+    location = {"repositoryLocationName": repo["location"]["name"], "repositoryName": repo["name"]}
+    selector = {**location, "scheduleName": schedule}
+    job = _graphql(url, GRAPHQL_SCHEDULE_JOB, {"selector": selector})["scheduleOrError"]["pipelineName"]
+    tick = _graphql(url, GRAPHQL_SCHEDULE_TICK, {"selector": selector, "timestamp": time.time()})["scheduleDryRun"]
+    assert tick["__typename"] == "DryRunInstigationTick", tick
+    evaluation = tick["evaluationResult"]
+    assert evaluation["error"] is None and evaluation["runRequests"], evaluation
+    params = [{"selector": {**location, "jobName": request["jobName"] or job, "assetSelection": request["assetSelection"]},
+               "runConfigData": request["runConfigYaml"], "mode": "default",
+               "executionMetadata": {"tags": request["tags"]}} for request in evaluation["runRequests"]]
+    launched = _graphql(url, GRAPHQL_LAUNCH_RUNS, {"params": params})["launchMultipleRuns"]
+    assert launched["__typename"] == "LaunchMultipleRunsResult", launched
+    return launched["launchMultipleRunsResult"]
+
+
 def _tags(run: dict) -> dict[str, str]:
     return {t["key"]: t["value"] for t in run["tags"]}
 
@@ -206,12 +240,12 @@ def test_the_daemon_runs_the_sensor_the_schedule_and_a_launched_run(deployment):
     reports = folder / "reports"
     assert sorted(p.stem for p in (reports / "runs").glob("*.html")) == ["grpo-a", "grpo-b", "grpo-c"]
 
-    # the nightly schedule, every minute here: its first tick after the start refreshes the fleet report
-    _dagster(env, folder, "schedule", "start", "nightly_schedule", "-w", "workspace.yaml")
-    nightly, _ = _first_run(url, "analyze_batch", timeout_s=DEPLOY_TIMEOUT_S + 60, tag="dagster/schedule_name")
-    _dagster(env, folder, "schedule", "stop", "nightly_schedule", "-w", "workspace.yaml")
+    # the nightly schedule's tick requested now through the web server's API; the daemon's queue launches its run,
+    # which refreshes the fleet report
+    assert [r["__typename"] for r in _schedule_tick_now(url, "nightly_schedule")] == ["LaunchRunSuccess"]
+    nightly, _ = _first_run(url, "analyze_batch", tag=NIGHTLY_TAG)
     assert nightly["status"] == "SUCCESS", (folder / "daemon.log").read_text()[-3000:]
-    assert _tags(nightly)["dagster/schedule_name"] == "nightly_schedule"
+    assert _tags(nightly)[MAIL_TAG] == "true"
     fleet = (reports / "fleet" / "latest.html").read_text()
     assert all(f'data-run-id="{rid}"' in fleet for rid in ("grpo-a", "grpo-b", "grpo-c"))
 
