@@ -14,8 +14,12 @@ ratios to the stock storage.
 `--metadata-kb K` puts a JSON metadata value of about K KB on each asset's result, which Dagster copies onto
 every partition's materialisation.
 
+`--shape analyze_batch` records instead a graph of the shape of the `analyze_batch` job: the same asset keys,
+dependencies, partitioned or fleet-wide, and asset checks, read from pipeline.defs, with trivial bodies
+(`bench_fleet.py --floor` runs it beside the whole `analyze`).
+
 Usage: python benchmarks/bench_dagster_events.py [--partitions 100] [--assets 12] [--metadata-kb 0]
-       [--modes stock,subclass,public,public-one-plan,memory,memory-one-plan]
+       [--modes stock,subclass,public,public-one-plan,memory,memory-one-plan] [--shape chain|analyze_batch]
 """
 
 from __future__ import annotations
@@ -43,6 +47,26 @@ def make(name, deps):
         return MaterializeResult(metadata=meta)
     return _a
 assets = [make(f"a{i}", [f"a{i - 1}"] if i else []) for i in range(n_assets)]
+if sys.argv[7] == "analyze_batch":
+    # the job's own graph shape: same keys, deps, partitioning and checks; nothing done in the bodies
+    from dagster import AssetCheckResult, asset_check
+    from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
+    from pipeline.defs.assets import ASSET_CHECKS, ASSETS
+    graph = AssetGraph.from_assets([*ASSETS, *ASSET_CHECKS])
+    def shaped(key, deps, partitioned):
+        @asset(key=key, deps=deps, partitions_def=parts if partitioned else None,
+               backfill_policy=BackfillPolicy.single_run() if partitioned else None)
+        def _a(context: AssetExecutionContext):
+            return MaterializeResult(metadata=meta)
+        return _a
+    def check(check_key):
+        @asset_check(asset=check_key.asset_key, name=check_key.name)
+        def _c():
+            return AssetCheckResult(passed=True)
+        return _c
+    assets = [shaped(k, list(graph.get(k).parent_keys), graph.get(k).partitions_def is not None)
+              for k in graph.materializable_asset_keys]
+    assets += [check(c) for c in graph.asset_check_keys]
 if mode.endswith("one-plan"):
     from pipeline.defs.storage import plan_ranges_in_one_event
     plan_ranges_in_one_event()
@@ -74,23 +98,27 @@ def main() -> None:
     ap.add_argument("--assets", type=int, default=12)
     ap.add_argument("--metadata-kb", type=int, default=0, help="JSON metadata of this many KB on each asset")
     ap.add_argument("--modes", default="stock,subclass,public,public-one-plan,memory,memory-one-plan")
+    ap.add_argument("--shape", choices=["chain", "analyze_batch"], default="chain",
+                    help="a chain of --assets trivial assets, or the analyze_batch job's graph with trivial bodies")
     args = ap.parse_args()
     repo = Path(__file__).resolve().parents[1]
     seconds = {}
     with tempfile.TemporaryDirectory() as scratch:
         subclass = Path(scratch, "subclass_storage.py")
-        subclass.write_text(subprocess.run(["git", "show", f"{SUBCLASS_COMMIT}:pipeline/defs/storage.py"], cwd=repo,
-                                           capture_output=True, text=True, check=True).stdout)
+        if "subclass" in args.modes.split(","):
+            subclass.write_text(subprocess.run(["git", "show", f"{SUBCLASS_COMMIT}:pipeline/defs/storage.py"], cwd=repo,
+                                               capture_output=True, text=True, check=True).stdout)
         for mode in args.modes.split(","):
             with tempfile.TemporaryDirectory() as home:
                 # each mode plans as it says, whatever this shell's environment sets
                 env = {k: v for k, v in os.environ.items() if k != "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"}
                 out = subprocess.run([sys.executable, "-c", ONE, str(args.partitions), mode, home, str(subclass),
-                                      str(args.assets), str(args.metadata_kb)], env=env,
+                                      str(args.assets), str(args.metadata_kb), args.shape], env=env,
                                      cwd=repo, capture_output=True, text=True, check=True).stdout
                 wall, cpu = map(float, out.strip().splitlines()[-1].split())
                 seconds[mode] = wall
-            print(f"{mode:15s} {args.partitions} partitions x {args.assets} assets, {args.metadata_kb} KB metadata: "
+            shape = args.assets if args.shape == "chain" else "analyze_batch-shaped"
+            print(f"{mode:15s} {args.partitions} partitions x {shape} assets, {args.metadata_kb} KB metadata: "
                   f"{wall:.1f} s wall, {cpu:.1f} CPU-s "
                   f"(load average {os.getloadavg()[0]:.1f})", flush=True)
     if "stock" in seconds:

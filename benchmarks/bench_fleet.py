@@ -17,8 +17,13 @@ line's SQLite home: what that record costs.
 `--one-more` measures what a launch script's last line waits for: the fleet but its last run is analysed
 (untimed), then `analyze --run` of that last run into the same warehouse, beside both parses of its files.
 
+`--floor` adds, in the same run, Dagster's bare record of the same batch (issue #28): one run of a job of the
+`analyze_batch` graph's shape with trivial bodies over as many partitions, in the command line's instance kind
+(`bench_dagster_events.py --shape analyze_batch --modes public-one-plan`), the pipeline's own work as analyze
+minus that floor, and the ratio analyze / floor.
+
 Usage: python benchmarks/bench_fleet.py [--runs 100] [--seed 11] [--real-copies 0] [--repeat 1] [--keep DIR]
-       [--dagster-in-memory] [--one-more]
+       [--dagster-in-memory] [--one-more] [--floor]
 """
 
 from __future__ import annotations
@@ -80,8 +85,17 @@ def plain_logs(archive: Path, out: Path) -> list[Path]:
     return written
 
 
+def dagster_floor(partitions: int) -> tuple[float, float]:
+    """Wall and CPU seconds of Dagster's bare record of an `analyze_batch`-shaped run over `partitions`."""
+    out = subprocess.run([PY, str(REPO / "benchmarks" / "bench_dagster_events.py"), "--partitions", str(partitions),
+                          "--shape", "analyze_batch", "--modes", "public-one-plan"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    words = out.split()
+    return float(words[words.index("wall,") - 2]), float(words[words.index("CPU-s") - 1])
+
+
 def scenario(name: str, archive: Path, files: list[Path], scratch: Path, again: bool = False,
-             in_memory: bool = False) -> dict:
+             in_memory: bool = False, floor: bool = False) -> dict:
     """`analyze` (fresh warehouse and Dagster home), the hand-written parse and DuckDB's read, with ratios;
     with `again`, `analyze` once more on the same warehouse (a night with every run unchanged); with
     `in_memory`, the same analysis into another fresh warehouse with Dagster's in-memory instance."""
@@ -116,6 +130,12 @@ def scenario(name: str, archive: Path, files: list[Path], scratch: Path, again: 
             f"{memory['wall']:.1f} / {memory['cpu']:.1f} / {memory['rss_mb']:.0f}")
         row["the same over hand-written (wall / CPU)"] = (
             f"{memory['wall'] / hand['wall']:.2f} / {memory['cpu'] / hand['cpu']:.2f}")
+    if floor:
+        wall, cpu = dagster_floor(row["runs"])
+        row["Dagster floor (same graph, no work): wall / CPU"] = f"{wall:.1f} / {cpu:.1f}"
+        row["pipeline's own work (analyze - floor, wall)"] = round(ours["wall"] - wall, 1)
+        row["analyze over Dagster floor (wall)"] = round(ours["wall"] / wall, 2)
+        row["load average (1 min) after floor"] = f"{os.getloadavg()[0]:.1f}"
     shutil.rmtree(work / "csv", ignore_errors=True)
     shutil.rmtree(work / "csv-min", ignore_errors=True)
     return row
@@ -167,6 +187,8 @@ def main() -> None:
                     help="also analyze with Dagster's in-memory instance (what the SQLite record costs)")
     ap.add_argument("--one-more", action="store_true",
                     help="only `analyze --run` of the last run into a warehouse of all the others")
+    ap.add_argument("--floor", action="store_true",
+                    help="also Dagster's bare record of the same graph shape and batch, and analyze over it")
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     archives = [(f"simulated-{args.runs}", simulated_fleet(args.cache, args.runs, args.seed))]
@@ -181,7 +203,7 @@ def main() -> None:
                 continue
             files = plain_logs(archive, scratch / f"{name}-plain")
             for _ in range(args.repeat):
-                row = scenario(name, archive, files, scratch, args.again, args.dagster_in_memory)
+                row = scenario(name, archive, files, scratch, args.again, args.dagster_in_memory, args.floor)
                 print("\n".join(f"{key:40s} {v}" for key, v in row.items()), "\n", flush=True)
     finally:
         if not args.keep:
