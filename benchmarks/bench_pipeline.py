@@ -36,14 +36,17 @@ from dagster import (  # noqa: E402
 )
 
 from lab.simulate import simulate_fleet  # noqa: E402
+from pipeline import tables  # noqa: E402
 from pipeline.defs.analysis import analyze_archive  # noqa: E402
-from pipeline.defs.assets import FLEET_BEFORE_MODEL, NIGHTLY_ASSETS, RUN_BEFORE_MODEL  # noqa: E402
+from pipeline.defs.assets import NIGHTLY_ASSETS  # noqa: E402
 from pipeline.defs.definitions import build_definitions, reconstructable_job  # noqa: E402
 from pipeline.defs.executors import resources_run_config  # noqa: E402
 from pipeline.defs.partitions import RUN_PARTITIONS_NAME, partition_tags  # noqa: E402
 from pipeline.defs.sensors import archive_cursor, finished_run_sensor  # noqa: E402
 
-INGEST_DERIVE = RUN_BEFORE_MODEL
+# the stages timed apart: the tables built before the anomaly model is fitted, then the fit, then those that read it
+INGEST_DERIVE = [t for t in tables.per_run_tables() if not tables.needs_model(t)]
+FLEET_BEFORE_MODEL = [t for t in tables.fleet_tables() if not tables.needs_model(t)]
 SCORE_REPORT = ["step_anomalies", "run_report"]
 
 

@@ -31,14 +31,6 @@ ASSETS = [
 ASSET_CHECKS = [anomaly_model_fresh]
 
 
-def _split(names: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """Tables that can be built before the anomaly model is fitted, and those that read it (benchmarks/bench_pipeline.py
-    times the stages apart)."""
-    return [n for n in names if not tables.needs_model(n)], [n for n in names if tables.needs_model(n)]
-
-
-RUN_BEFORE_MODEL, RUN_AFTER_MODEL = _split(tables.per_run_tables())
-FLEET_BEFORE_MODEL, FLEET_AFTER_MODEL = _split(tables.fleet_tables())
 # The sensor's selection of analyze_batch (per run_id partition): a run's report and every table it reads, the
 # fleet tables among them, so a report rendered there has the rows a command-line one has. The model is
 # refitted by `analyze` and the nightly run only: the sensor's runs go side by side, and a fit is fleet-wide.
