@@ -394,6 +394,22 @@ def connect(
     return con
 
 
+@contextmanager
+def reader(
+    warehouse: str | Path,
+    run_ids: Iterable[str] | None = None,
+    whole: Iterable[str] = (),
+    only: Iterable[str] | None = None,
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """`connect(...)` for a `with` block: an in-memory connection with the warehouse's views, closed however
+    the block ends."""
+    con = connect(warehouse, run_ids=run_ids, whole=whole, only=only)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
 def refresh_catalog(warehouse: str | Path) -> Path:
     """Rewrite `<warehouse>/warehouse.duckdb` with one view per table; single writer, replaced atomically.
 

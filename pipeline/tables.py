@@ -144,6 +144,10 @@ TABLES = (
         "run_baselines", "fleet", "sql", ("run_summary", "step_phases"),
         (),
         "Each run's config group, and the run against earlier runs of its experiment, config group and model setup.",
+        stand_in=(
+            "run_id varchar, group_prior_runs bigint, group_step_ratio double, exp_prior_runs bigint,"
+            " exp_step_ratio double, setup_prior_runs bigint, setup_slowdown_ratio double"
+        ),
     ),
     Table(
         "fleet_config_groups", "fleet", "sql", ("run_summary", "step_phases", "run_baselines"),
@@ -165,6 +169,13 @@ TABLES = (
             "run_id varchar, step bigint, is_anomaly boolean, score double, anomaly_class varchar,"
             " explanation varchar, episode_id bigint"
         ),
+    ),
+    Table(
+        "run_attention", "fleet", "sql", ("run_summary", "step_anomalies", "run_baselines"),
+        ("run_id", "failure_class", "failed", "episodes", "regression", "attention", "needs_attention"),
+        "Each run's verdict, decided once for the fleet page and the mails: failed (by the failure-class"
+        " vocabulary), anomaly episodes, regression scope against earlier runs, and attention (0 failed, 1 hung,"
+        " 2 anomalous or slower, 3 fine).",
     ),
     Table(
         "run_advice", "derived", "sql",

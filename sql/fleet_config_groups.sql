@@ -2,17 +2,17 @@
 with run as (
     select
         b.run_id, b.config_group, b.model, b.algorithm, b.rollout_n, b.train_batch_size, b.ppo_mini_batch_size,
-        b.n_gpus, b.rollout_engine, s.failure_class, s.goodput
+        b.n_gpus, b.rollout_engine, s.failure_class, c.failed, s.goodput
     from run_baselines as b
     join run_summary as s using (run_id)
+    left join failure_classes as c on c.failure_class = s.failure_class
 ),
 runs_by_group as (
     select
         config_group, model, algorithm, rollout_n, train_batch_size, ppo_mini_batch_size, n_gpus, rollout_engine,
         count(*) as runs,
-        count(*) filter (where failure_class not in ('completed', 'interrupted', 'no_outcome')) as failed,
-        count(*) filter (where failure_class not in ('completed', 'interrupted', 'no_outcome'))::double
-        / count(*) as failure_rate,
+        count(*) filter (where failed) as failed,
+        count(*) filter (where failed)::double / count(*) as failure_rate,
         avg(goodput) as mean_goodput,
         median(goodput) as median_goodput
     from run
