@@ -124,6 +124,9 @@ def _params(name: str, run_ids: list[str] | None, thresholds: Mapping[str, Mappi
         params["config_paths"] = [f"$.{key}" for key in params["config_keys"]]
     if name == SUMMARY:
         params["not_analysed"] = NOT_ANALYSED
+    if name == "step_phases":
+        params["step_phases"] = list(vocabulary.STEP_PHASES)
+        params["timers"] = list(tables.TIMER_PHASES)
     return params
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.vocabulary import FAILURE_PHASES
+from pipeline.vocabulary import AFTER_STEP_PHASES, STEP_PHASES
 
 LAYERS = ("raw", "derived", "fleet")
 INGEST = "pipeline.ingest.ingest_run"  # the writer of the tables the ingest asset yields
 # The fitted anomaly model (<warehouse>/models/): not a table, but tables read it like one.
 MODEL = "anomaly_model"
 # The verl timers that step_phases has a column for (`timing_s/step` is `step_time`: `step` is the step number)
-TIMER_PHASES = tuple(p for p in FAILURE_PHASES if p != "startup")
+TIMER_PHASES = (*STEP_PHASES, *AFTER_STEP_PHASES)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 -- One row per (run, training step): every verl timer as a column, the unaccounted rest of the step,
 -- each phase's share of the step, the bottleneck phase, per-token times, tokens, throughput and wall time.
--- Bound parameters: $run_ids VARCHAR[].
+-- Bound parameters: $run_ids VARCHAR[]; $step_phases VARCHAR[], the timers inside a step, and $timers
+-- VARCHAR[], every timer (pipeline/vocabulary.py).
 with key_map(key, col, priority) as (
     -- verl metric key -> column; a lower priority wins when a step carries several spellings
     values
@@ -75,8 +76,7 @@ wide as (
     from picked
     group by all
     -- a row per step that ran a timer: the validation-only step:0 line has none
-    having count(*) filter (where col in ('gen', 'reward', 'old_log_prob', 'ref', 'values', 'adv',
-        'update_critic', 'update_actor', 'update_weights', 'testing', 'save_checkpoint', 'step_time')) > 0
+    having count(*) filter (where list_contains($timers, col) or col = 'step_time') > 0
 ),
 gpus as (
     select
@@ -109,9 +109,8 @@ shares as (
 bottleneck as (
     select run_id, step, arg_max(phase, seconds) as bottleneck_phase
     from (
-        unpivot (select run_id, step, gen, reward, old_log_prob, ref, "values", adv, update_critic,
-                        update_actor, update_weights from wide)
-        on gen, reward, old_log_prob, ref, "values", adv, update_critic, update_actor, update_weights
+        unpivot (select run_id, step, columns(lambda c: list_contains($step_phases, c)) from wide)
+        on columns(lambda c: list_contains($step_phases, c))
         into name phase value seconds
     )
     where isfinite(seconds)

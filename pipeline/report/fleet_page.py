@@ -11,6 +11,7 @@ from pipeline.report import fleet_charts
 from pipeline.report.fleet_data import FINE, FleetReportData, FleetRun
 from pipeline.report.formats import now_with_zone
 from pipeline.report.labels import CLASS_LABELS, TRAINING_LABELS
+from pipeline.vocabulary import STEP_PHASES
 
 MAX_ATTENTION_ROWS = 100
 MAX_CHART_GROUPS = 15
@@ -146,8 +147,7 @@ def _weekly_chart(weeks: list[dict[str, Any]], png: bool) -> dict[str, Any]:
 
 
 def _group_shares(groups: list[dict[str, Any]]) -> list[tuple[str, dict[str, float]]]:
-    phases = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
-              "update_weights", "other")
+    phases = (*STEP_PHASES, "other")
     return [(g["config_group"] or "settings not in the log", {p: g[f"share_{p}"] for p in phases if g.get(f"share_{p}")})
             for g in groups[:MAX_CHART_GROUPS]]
 
