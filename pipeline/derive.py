@@ -155,7 +155,7 @@ def _connect(warehouse: str | Path, names: Iterable[str], run_ids: list[str] | N
     # a bounded memory makes DuckDB spill big joins to the warehouse's scratch folder instead of
     # holding a 300 MB log's lines several times over (2 GB peak before, under 1 GB with it)
     scratch = Path(warehouse) / ".duckdb-tmp"
-    con = duckdb.connect(config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": str(scratch)})
+    con = lake.open_database(config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": str(scratch)})
     con.execute("set enable_progress_bar = false")
     con.execute(sql_macro())
     vocabulary_tables(con)

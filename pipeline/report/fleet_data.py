@@ -73,15 +73,12 @@ def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
     sources = lake.present_tables(warehouse, only=RUN_READS)
     if "run_summary" not in sources:
         return FleetReportData(day=day, runs=[])
-    con = lake.connect(warehouse, only=FLEET_READS)
-    try:
+    with lake.reader(warehouse, only=FLEET_READS) as con:
         cutoff = datetime.combine(day + timedelta(days=1), datetime.min.time())
         runs = [r for r in _runs(con, sources) if r.ended_at is None or r.ended_at < cutoff]
         weeks = table_rows(con, "fleet_weekly", "week_end <= $day", {"day": day}, "week_start")
         groups = table_rows(con, "fleet_config_groups", order="runs desc, config_group")
         advice = _changes(con, sources.get("run_advice"), [r.run_id for r in runs])
-    finally:
-        con.close()
     return FleetReportData(day=day, runs=runs, weeks=weeks, groups=groups, advice=advice)
 
 
