@@ -53,6 +53,9 @@ READ_ATTEMPTS = 4
 # what DuckDB says when a file it bound is gone or replaced before it reads it
 _SWAPPED_UNDER_READER = ("No such file", "No files found", "TProtocolException", "Invalid data")
 
+# vocabularies a SQL file binds as parameters: the timers inside a step, every timer; and which files bind which
+VOCABULARIES = {"step_phases": vocabulary.STEP_PHASES, "timers": tables.TIMER_PHASES}
+VOCABULARIES_BOUND = {"step_phases": ("step_phases", "timers"), "fleet_config_groups": ("step_phases",)}
 # Declared in pipeline/tables.py, in dependency order (run_summary after the tables it reads).
 RUN_TABLES = tables.sql_tables(per_run=True)
 FLEET_TABLES = tables.sql_tables(per_run=False)
@@ -124,9 +127,7 @@ def _params(name: str, run_ids: list[str] | None, thresholds: Mapping[str, Mappi
         params["config_paths"] = [f"$.{key}" for key in params["config_keys"]]
     if name == SUMMARY:
         params["not_analysed"] = NOT_ANALYSED
-    if name == "step_phases":
-        params["step_phases"] = list(vocabulary.STEP_PHASES)
-        params["timers"] = list(tables.TIMER_PHASES)
+    params.update({key: list(VOCABULARIES[key]) for key in VOCABULARIES_BOUND.get(name, ())})
     return params
 
 
