@@ -26,6 +26,7 @@ from pipeline.detect.model import AnomalyModelConfig, FittedModel, fit_model
 from pipeline.detect.rules import load_rules
 from pipeline.detect.scoring import Scores, score_predictions
 from pipeline.detect.step_anomalies import score_frame
+from pipeline.vocabulary import STEP_PHASES
 
 # verl metric key -> step_phases / step_health column, the same mapping as sql/step_*.sql
 PHASE_KEYS = {
@@ -48,7 +49,6 @@ RAW_BASELINE_COLUMNS = (
     "ppo_kl", "entropy", "pg_loss", "pg_clipfrac", "grad_norm", "response_length_mean", "reward_mean",
     "mem_allocated_gb", "mem_reserved_gb",
 )
-INSIDE = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "update_weights")
 
 
 def trace_metrics(tr) -> pd.DataFrame:
@@ -99,7 +99,7 @@ def trace_frames(traces) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
             phases.loc[~tr.is_test[pos], "testing"] = np.nan
         if "save_checkpoint" in phases:
             phases.loc[~tr.is_save[pos], "save_checkpoint"] = np.nan
-        inside = [c for c in INSIDE if c in phases]
+        inside = [c for c in STEP_PHASES if c in phases]
         phases["other_time"] = phases["step_time"] - phases[inside].sum(axis=1)
         for c in inside + ["other_time"]:
             phases[f"share_{c}"] = phases[c] / phases["step_time"]

@@ -6,7 +6,6 @@ from email.message import EmailMessage
 
 from pipeline.credentials import mask_secrets
 from pipeline.report.labels import CLASS_LABELS
-from pipeline.vocabulary import NOT_FAILED
 
 
 def pipeline_failure_message(dagster_run, failure_event, smtp) -> EmailMessage:
@@ -25,40 +24,33 @@ def pipeline_failure_message(dagster_run, failure_event, smtp) -> EmailMessage:
 
 
 def runs_needing_attention(warehouse, run_ids: list[str]) -> list[dict]:
-    """Runs among `run_ids` that failed or hung, or have anomalous steps, each with its run_advice rows."""
-    from pipeline.lake import connect
+    """Runs among `run_ids` that need attention (run_attention: failed, hung, anomalous or slower), each with its
+    run_advice rows on how it ended."""
+    from pipeline.lake import reader
 
-    con = connect(warehouse)
-    views = {v for (v,) in con.execute("select view_name from duckdb_views()").fetchall()}
-    if "run_summary" not in views or not run_ids:
-        return []
-    anomalies = (
-        "select run_id, count(*) filter (where is_anomaly) as n_anomalous, "
-        "list(distinct anomaly_class) filter (where is_anomaly) as classes from step_anomalies "
-        "where run_id in (select unnest($run_ids::varchar[])) group by all"
-        if "step_anomalies" in views
-        else "select null::varchar as run_id, 0 as n_anomalous, []::varchar[] as classes where false"
-    )
-    advice = (
-        "select run_id, list({'kind': kind, 'setting': setting, 'current': current_value, "
-        "'suggested': suggested_value, 'why': why} order by rank) as rows from run_advice "
-        "where run_id in (select unnest($run_ids::varchar[])) and episode_id is null group by all"
-        if "run_advice" in views
-        else "select null::varchar as run_id, [] as rows where false"
-    )
-    rows = con.execute(
-        f"""
-        with a as ({anomalies}), adv as ({advice})
-        select s.run_id, s.failure_class, s.last_step, s.expected_steps, s.root_cause_text,
-               coalesce(a.n_anomalous, 0), coalesce(a.classes, []), coalesce(adv.rows, [])
-        from run_summary s left join a using (run_id) left join adv using (run_id)
-        where s.run_id in (select unnest($run_ids::varchar[]))
-          and (not list_contains($not_failed, s.failure_class) or coalesce(a.n_anomalous, 0) > 0)
-        order by s.run_id
-        """,
-        {"run_ids": run_ids, "not_failed": list(NOT_FAILED)},
-    ).fetchall()
-    keys = ("run_id", "failure_class", "last_step", "expected_steps", "root_cause_text", "anomalous_steps",
+    with reader(warehouse, run_ids, only=("run_attention", "run_summary", "run_advice")) as con:
+        views = {v for (v,) in con.execute("select view_name from duckdb_views()").fetchall()}
+        if not {"run_attention", "run_summary"} <= views or not run_ids:
+            return []
+        advice = (
+            "select run_id, list({'kind': kind, 'setting': setting, 'current': current_value, "
+            "'suggested': suggested_value, 'why': why} order by rank) as rows from run_advice "
+            "where episode_id is null group by all"
+            if "run_advice" in views
+            else "select null::varchar as run_id, [] as rows where false"
+        )
+        rows = con.execute(
+            f"""
+            with adv as ({advice})
+            select a.run_id, a.failure_class, a.failed, s.last_step, s.expected_steps, s.root_cause_text,
+                   a.anomalous_steps, a.anomaly_classes, coalesce(adv.rows, [])
+            from run_attention as a join run_summary as s using (run_id) left join adv using (run_id)
+            where a.run_id in (select unnest($run_ids::varchar[])) and a.needs_attention
+            order by a.run_id
+            """,
+            {"run_ids": run_ids},
+        ).fetchall()
+    keys = ("run_id", "failure_class", "failed", "last_step", "expected_steps", "root_cause_text", "anomalous_steps",
             "anomaly_classes", "advice")
     return [dict(zip(keys, row, strict=True)) for row in rows]
 
@@ -71,7 +63,7 @@ def run_attention_message(runs: list[dict], smtp) -> EmailMessage:
     with the first changes to try for a failed run (its run_advice rows on how it ended: a change, or what
     to check) and, when `smtp.reports_url` is set, a link to each run's report."""
     msg = EmailMessage()
-    failed = sum(r["failure_class"] not in NOT_FAILED for r in runs)
+    failed = sum(r["failed"] for r in runs)
     msg["Subject"] = f"verl-health: {len(runs)} finished run(s) need attention ({failed} failed)"
     msg["From"] = smtp.sender
     msg["To"] = ", ".join(smtp.recipients)

@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import lake, tables
+from pipeline import lake, tables, vocabulary
 from pipeline.credentials import sql_macro
 from pipeline.error_templates import NAME as ERROR_TEMPLATES
 from pipeline.error_templates import register_line_templates
@@ -55,6 +55,9 @@ READ_ATTEMPTS = 4
 # what DuckDB says when a file it bound is gone or replaced before it reads it
 _SWAPPED_UNDER_READER = ("No such file", "No files found", "TProtocolException", "Invalid data")
 
+# vocabularies a SQL file binds as parameters: the timers inside a step, every timer; and which files bind which
+VOCABULARIES = {"step_phases": vocabulary.STEP_PHASES, "timers": tables.TIMER_PHASES}
+VOCABULARIES_BOUND = {"step_phases": ("step_phases", "timers"), "fleet_config_groups": ("step_phases",)}
 # Declared in pipeline/tables.py, in dependency order (run_summary after the tables it reads).
 RUN_TABLES = tables.sql_tables(per_run=True)
 FLEET_TABLES = tables.sql_tables(per_run=False)
@@ -109,9 +112,10 @@ def default_thresholds() -> dict[str, dict[str, float]]:
     return {table: dict(values) for table, values in _thresholds_file().items()}
 
 
-def _params(name: str, run_ids: list[str], thresholds: Mapping[str, Mapping[str, float]] | None) -> dict:
-    """The bound parameters of `sql/<name>.sql`: the run ids, and its thresholds if it has any."""
-    params: dict = {"run_ids": run_ids}
+def _params(name: str, run_ids: list[str] | None, thresholds: Mapping[str, Mapping[str, float]] | None) -> dict:
+    """The bound parameters of `sql/<name>.sql`: the run ids (none for a fleet table), and its thresholds if it
+    has any."""
+    params: dict = {} if run_ids is None else {"run_ids": run_ids}
     defaults = _thresholds_file().get(name)
     overrides = dict((thresholds or {}).get(name) or {})
     unknown = set(overrides) - set(defaults or {})
@@ -125,6 +129,7 @@ def _params(name: str, run_ids: list[str], thresholds: Mapping[str, Mapping[str,
         params["config_paths"] = [f"$.{key}" for key in params["config_keys"]]
     if name == SUMMARY:
         params["not_analysed"] = NOT_ANALYSED
+    params.update({key: list(VOCABULARIES[key]) for key in VOCABULARIES_BOUND.get(name, ())})
     return params
 
 
@@ -153,9 +158,10 @@ def _connect(warehouse: str | Path, names: Iterable[str], run_ids: list[str] | N
     # a bounded memory makes DuckDB spill big joins to the warehouse's scratch folder instead of
     # holding a 300 MB log's lines several times over (2 GB peak before, under 1 GB with it)
     scratch = Path(warehouse) / ".duckdb-tmp"
-    con = duckdb.connect(config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": str(scratch)})
+    con = lake.open_database(config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": str(scratch)})
     con.execute("set enable_progress_bar = false")
     con.execute(sql_macro())
+    vocabulary_tables(con)
     # only the tables the SQL reads get a view: binding a view reads every file's footer; a table that one of
     # `names` writes gets its view once written (each SQL reads only tables written before it)
     for table in dict.fromkeys(t for name in names for t in tables.table(name).reads if t not in names):
@@ -164,6 +170,17 @@ def _connect(warehouse: str | Path, names: Iterable[str], run_ids: list[str] | N
         elif tables.table(table).stand_in:
             con.execute(f"create temp table {table} ({tables.table(table).stand_in})")
     return con
+
+
+def vocabulary_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """The vocabularies the SQL joins, as temp tables filled from pipeline/vocabulary.py through bound
+    parameters: `failure_classes` (failure_class, failed, position)."""
+    con.execute(
+        "create or replace temp table failure_classes as "
+        "select c as failure_class, not list_contains($not_failed, c) as failed, i as position "
+        "from (select unnest($classes) as c, generate_subscripts($classes, 1) as i)",
+        {"classes": list(vocabulary.FAILURE_CLASSES), "not_failed": list(vocabulary.NOT_FAILED)},
+    )
 
 
 def _refresh_view(con: duckdb.DuckDBPyConnection, warehouse: str | Path, table: str,
@@ -316,7 +333,8 @@ def derive_run_tables(
 def _fleet_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str) -> int:
     if name == ERROR_TEMPLATES:  # its SQL reads what Drain3 mined from the messages
         register_line_templates(con)
-    data = con.sql(masked_sql(con, name)).to_arrow_table()
+    params = _params(name, None, None)
+    data = con.sql(masked_sql(con, name, params), params=params).to_arrow_table()
     lake.write_fleet_table(warehouse, name, data)
     _refresh_view(con, warehouse, name)
     return data.num_rows

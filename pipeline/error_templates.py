@@ -56,13 +56,10 @@ def _query(warehouse: str | Path, sql: str, params: dict[str, Any]) -> list[dict
     source = lake.table_source(warehouse, NAME)
     if source is None:
         return []
-    con = duckdb.connect()
-    try:
+    with lake.reader(warehouse, only=()) as con:
         cur = con.execute(sql.format(table=source), params)
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
-    finally:
-        con.close()
 
 
 def new_signatures(warehouse: str | Path, day: date, days: int = NEW_DAYS) -> list[dict[str, Any]]:

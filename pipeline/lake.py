@@ -379,6 +379,12 @@ def present_tables(
     return found
 
 
+def open_database(path: str = ":memory:", read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    """Open a DuckDB database (in memory unless `path`): the one place in the pipeline that does, so a test can
+    hold every reader of the warehouse to `reader` and every other use to a connection closed where it is opened."""
+    return duckdb.connect(path, read_only=read_only, config=config or {})
+
+
 def connect(
     warehouse: str | Path,
     database: str = ":memory:",
@@ -391,10 +397,26 @@ def connect(
     With `run_ids`, per-run views hold only those runs, except the tables named in `whole`
     (fleet tables are always whole).
     """
-    con = duckdb.connect(database)
+    con = open_database(database)
     for table, src in present_tables(warehouse, run_ids, whole, only).items():
         con.execute(f"create or replace temp view {table} as select * from {src}")
     return con
+
+
+@contextmanager
+def reader(
+    warehouse: str | Path,
+    run_ids: Iterable[str] | None = None,
+    whole: Iterable[str] = (),
+    only: Iterable[str] | None = None,
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """`connect(...)` for a `with` block: an in-memory connection with the warehouse's views, closed however
+    the block ends."""
+    con = connect(warehouse, run_ids=run_ids, whole=whole, only=only)
+    try:
+        yield con
+    finally:
+        con.close()
 
 
 def refresh_catalog(warehouse: str | Path) -> Path:
@@ -422,7 +444,7 @@ def refresh_catalog(warehouse: str | Path) -> Path:
     if written is not None:
         shutil.copyfile(final, tmp)
     try:
-        con = duckdb.connect(str(tmp))
+        con = open_database(str(tmp))
         try:
             for table in kept.keys() - sources.keys():
                 con.execute(f"drop view if exists {table}")
@@ -455,7 +477,7 @@ def _catalog_sources(catalog: Path) -> dict[str, str] | None:
     if not catalog.is_file():
         return None
     try:
-        con = duckdb.connect(str(catalog), read_only=True)
+        con = open_database(str(catalog), read_only=True)
     except duckdb.Error:  # held open for writing by someone's shell, or not a catalog we wrote
         return None
     try:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from pipeline.lake import open_database
 from pipeline.settings import setting
 from pipeline.tables import fleet_tables, names, per_run_tables
 
@@ -190,7 +191,7 @@ def _dataset(paths: list[str], fs: pafs.FileSystem, hive_base: str | None = None
 
 def connect_remote(url: str, fs: pafs.FileSystem | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with a view per table published at `url`, read through pyarrow."""
-    con = duckdb.connect()
+    con = open_database()
     for table, dataset in remote_tables(url, fs).items():
         con.register(table, dataset)
     return con

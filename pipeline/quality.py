@@ -9,46 +9,47 @@ from pathlib import Path
 import duckdb
 
 from pipeline import tables
-from pipeline.lake import connect, table_source
+from pipeline.lake import reader, table_source
 from pipeline.settings import setting
 
 
 def lines_conserved(warehouse: str | Path, run_ids: list[str]) -> dict[str, dict]:
     """Runs whose `log_lines` row count differs from the lines in their raw bytes (`runs.n_lines_read`)."""
-    con = connect(warehouse, run_ids=run_ids, only=["runs", "log_lines"])
-    if not _has(con, "runs") or not _has(con, "log_lines"):
-        return {r: {"error": "runs or log_lines missing"} for r in run_ids}
-    rows = con.execute(
-        """
-        with wanted as (select unnest($run_ids::varchar[]) as run_id),
-        lines as (select run_id, count(*) as n from log_lines where run_id in (select run_id from wanted) group by all)
-        select w.run_id, r.n_lines_read, coalesce(l.n, 0)
-        from wanted w left join runs r using (run_id) left join lines l using (run_id)
-        where r.n_lines_read is null or r.n_lines_read <> coalesce(l.n, 0)
-        """,
-        {"run_ids": run_ids},
-    ).fetchall()
+    with reader(warehouse, run_ids=run_ids, only=["runs", "log_lines"]) as con:
+        if not _has(con, "runs") or not _has(con, "log_lines"):
+            return {r: {"error": "runs or log_lines missing"} for r in run_ids}
+        rows = con.execute(
+            """
+            with wanted as (select unnest($run_ids::varchar[]) as run_id),
+            lines as (select run_id, count(*) as n from log_lines where run_id in (select run_id from wanted)
+                      group by all)
+            select w.run_id, r.n_lines_read, coalesce(l.n, 0)
+            from wanted w left join runs r using (run_id) left join lines l using (run_id)
+            where r.n_lines_read is null or r.n_lines_read <> coalesce(l.n, 0)
+            """,
+            {"run_ids": run_ids},
+        ).fetchall()
     return {rid: {"read": n_read, "kept": n_kept} for rid, n_read, n_kept in rows}
 
 
 def steps_contiguous(warehouse: str | Path, run_ids: list[str]) -> dict[str, list[list[int]]]:
     """Gaps between consecutive logged steps within a segment, per run (first gaps only)."""
-    con = connect(warehouse, run_ids=run_ids, only=["step_metrics"])
-    if not _has(con, "step_metrics"):
-        return {}
-    rows = con.execute(
-        """
-        with steps as (
-            select distinct run_id, segment, step from step_metrics
-            where run_id in (select unnest($run_ids::varchar[]))
-        ), gaps as (
-            select run_id, step, lag(step) over (partition by run_id, segment order by step) as prev
-            from steps
-        )
-        select run_id, list([prev, step] order by step)[1:5] from gaps where step - prev > 1 group by all
-        """,
-        {"run_ids": run_ids},
-    ).fetchall()
+    with reader(warehouse, run_ids=run_ids, only=["step_metrics"]) as con:
+        if not _has(con, "step_metrics"):
+            return {}
+        rows = con.execute(
+            """
+            with steps as (
+                select distinct run_id, segment, step from step_metrics
+                where run_id in (select unnest($run_ids::varchar[]))
+            ), gaps as (
+                select run_id, step, lag(step) over (partition by run_id, segment order by step) as prev
+                from steps
+            )
+            select run_id, list([prev, step] order by step)[1:5] from gaps where step - prev > 1 group by all
+            """,
+            {"run_ids": run_ids},
+        ).fetchall()
     return {rid: gaps for rid, gaps in rows}
 
 
@@ -57,7 +58,7 @@ def phase_sums_consistent(warehouse: str | Path, run_ids: list[str], tolerance: 
     src = table_source(warehouse, "step_phases", run_ids)
     if src is None:
         return {}
-    with duckdb.connect() as con:
+    with reader(warehouse, only=()) as con:
         shares = sorted(c for c in _columns(con, src) if c.startswith("share_"))
         if not shares:
             return {r: -1 for r in run_ids}
@@ -84,7 +85,7 @@ def contract_violations(warehouse: str | Path, table: str, run_ids: list[str] | 
     src = table_source(warehouse, table, run_ids)
     if src is None:
         return [f"table {table} missing"]
-    with duckdb.connect() as con:
+    with reader(warehouse, only=()) as con:
         return sorted(tables.contract(table) - _columns(con, src))
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.vocabulary import FAILURE_PHASES
+from pipeline.vocabulary import AFTER_STEP_PHASES, STEP_PHASES
 
 LAYERS = ("raw", "derived", "fleet")
 INGEST = "pipeline.ingest.ingest_run"  # the writer of the tables the ingest asset yields
 # The fitted anomaly model (<warehouse>/models/): not a table, but tables read it like one.
 MODEL = "anomaly_model"
 # The verl timers that step_phases has a column for (`timing_s/step` is `step_time`: `step` is the step number)
-TIMER_PHASES = tuple(p for p in FAILURE_PHASES if p != "startup")
+TIMER_PHASES = (*STEP_PHASES, *AFTER_STEP_PHASES)
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,10 @@ TABLES = (
         "run_baselines", "fleet", "sql", ("run_summary", "step_phases"),
         (),
         "Each run's config group, and the run against earlier runs of its experiment, config group and model setup.",
+        stand_in=(
+            "run_id varchar, group_prior_runs bigint, group_step_ratio double, exp_prior_runs bigint,"
+            " exp_step_ratio double, setup_prior_runs bigint, setup_slowdown_ratio double"
+        ),
     ),
     Table(
         "fleet_config_groups", "fleet", "sql", ("run_summary", "step_phases", "run_baselines"),
@@ -202,6 +206,13 @@ TABLES = (
             "run_id varchar, step bigint, is_anomaly boolean, score double, anomaly_class varchar,"
             " explanation varchar, episode_id bigint"
         ),
+    ),
+    Table(
+        "run_attention", "fleet", "sql", ("run_summary", "step_anomalies", "run_baselines"),
+        ("run_id", "failure_class", "failed", "episodes", "regression", "attention", "needs_attention"),
+        "Each run's verdict, decided once for the fleet page and the mails: failed (by the failure-class"
+        " vocabulary), anomaly episodes, regression scope against earlier runs, and attention (0 failed, 1 hung,"
+        " 2 anomalous or slower, 3 fine).",
     ),
     Table(
         "run_advice", "derived", "sql",

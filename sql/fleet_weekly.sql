@@ -4,9 +4,10 @@
 -- newest is listed, an empty one with 0 runs, so "the week before" is always the 7 days before.
 with run as (
     select
-        run_id, failure_class, median_step_s, goodput, last_step, hang_duration_s,
-        coalesce(last_ts, mtime, ingested_at)::date as day
-    from run_summary
+        s.run_id, s.failure_class, c.failed, s.median_step_s, s.goodput, s.last_step, s.hang_duration_s,
+        coalesce(s.last_ts, s.mtime, s.ingested_at)::date as day
+    from run_summary as s
+    left join failure_classes as c using (failure_class)
 ),
 span as (
     select max(day) as last_day, min(day) as first_day from run
@@ -16,34 +17,36 @@ weeks as (
     from span as s, range(0, (s.last_day - s.first_day) // 7 + 1) as k
     where s.last_day is not null
 ),
-weekly as (
-    select
-        w.week_start, w.week_end,
-        count(r.run_id) as runs,
-        count(*) filter (where r.failure_class = 'completed') as completed,
-        count(*) filter (where r.failure_class not in ('completed', 'interrupted', 'no_outcome')) as failed,
-        count(*) filter (where r.failure_class = 'cuda_oom') as cuda_oom,
-        count(*) filter (where r.failure_class = 'nccl_timeout') as nccl_timeout,
-        count(*) filter (where r.failure_class = 'ray_actor_died') as ray_actor_died,
-        count(*) filter (where r.failure_class = 'host_oom_killed') as host_oom_killed,
-        count(*) filter (where r.failure_class = 'hang') as hang,
-        coalesce(sum(r.hang_duration_s) filter (where r.failure_class = 'hang') / 3600, 0) as hang_hours,
-        count(*) filter (where r.failure_class = 'interrupted') as interrupted,
-        count(*) filter (where r.failure_class = 'no_outcome') as no_outcome,
-        count(*) filter (where r.failure_class = 'nan_divergence') as nan_divergence,
-        count(*) filter (where r.failure_class = 'python_exception') as python_exception,
-        count(*) filter (where r.failure_class = 'vllm_engine_error') as vllm_engine_error,
-        count(*) filter (where r.failure_class = 'unknown') as unknown,
-        -- a run whose log just stops has no outcome to count for or against the rate
-        count(*) filter (where r.failure_class not in ('completed', 'interrupted', 'no_outcome'))::double
-        / nullif(count(*) filter (where r.failure_class <> 'no_outcome'), 0) as failure_rate,
-        median(r.median_step_s) as median_step_s,
-        median(r.goodput) as median_goodput,
-        avg(r.goodput) as mean_goodput,
-        coalesce(sum(r.last_step), 0) as steps
+by_week as (
+    select w.week_start, w.week_end, r.*
     from weeks as w
     left join run as r on r.day between w.week_start and w.week_end
+),
+by_class as (
+    pivot (select week_start, failure_class from by_week) on failure_class in (select failure_class from failure_classes
+        order by position) using count(*) group by week_start
+),
+counts as (
+    select
+        week_start, week_end,
+        count(run_id) as runs,
+        count(*) filter (where failed) as failed,
+        coalesce(sum(hang_duration_s) filter (where failure_class = 'hang') / 3600, 0) as hang_hours,
+        -- a run whose log just stops has no outcome to count for or against the rate
+        count(*) filter (where failed)::double
+        / nullif(count(*) filter (where failure_class <> 'no_outcome'), 0) as failure_rate,
+        median(median_step_s) as median_step_s,
+        median(goodput) as median_goodput,
+        avg(goodput) as mean_goodput,
+        coalesce(sum(last_step), 0) as steps
+    from by_week
     group by all
+),
+weekly as (
+    select n.week_start, n.week_end, n.runs, n.failed, c.* exclude (week_start),
+           n.* exclude (week_start, week_end, runs, failed)
+    from counts as n
+    join by_class as c using (week_start)
 )
 select
     *,

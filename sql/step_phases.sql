@@ -1,6 +1,7 @@
 -- One row per (run, training step): every verl timer as a column, the unaccounted rest of the step,
 -- each phase's share of the step, the bottleneck phase, per-token times, tokens, throughput and wall time.
--- Bound parameters: $run_ids VARCHAR[].
+-- Bound parameters: $run_ids VARCHAR[]; $step_phases VARCHAR[], the timers inside a step, and $timers
+-- VARCHAR[], every timer (pipeline/vocabulary.py).
 with key_map(key, col, priority) as (
     -- verl metric key -> column; a lower priority wins when a step carries several spellings
     values
@@ -75,8 +76,7 @@ wide as (
     from picked
     group by all
     -- a row per step that ran a timer: the validation-only step:0 line has none
-    having count(*) filter (where col in ('gen', 'reward', 'old_log_prob', 'ref', 'values', 'adv',
-        'update_critic', 'update_actor', 'update_weights', 'testing', 'save_checkpoint', 'step_time')) > 0
+    having count(*) filter (where list_contains($timers, col) or col = 'step_time') > 0
 ),
 gpus as (
     select
@@ -89,9 +89,7 @@ gpus as (
 inside as (
     select
         w.*,
-        coalesce(gen, 0) + coalesce(reward, 0) + coalesce(old_log_prob, 0) + coalesce(ref, 0)
-            + coalesce("values", 0) + coalesce(adv, 0) + coalesce(update_critic, 0)
-            + coalesce(update_actor, 0) + coalesce(update_weights, 0) as phases_sum,
+        coalesce(list_sum(list_value(*columns(lambda c: list_contains($step_phases, c)))), 0) as phases_sum,
         g.n_gpus,
         w.response_length_mean * g.n_responses as response_tokens
     from wide as w
@@ -109,9 +107,8 @@ shares as (
 bottleneck as (
     select run_id, step, arg_max(phase, seconds) as bottleneck_phase
     from (
-        unpivot (select run_id, step, gen, reward, old_log_prob, ref, "values", adv, update_critic,
-                        update_actor, update_weights from wide)
-        on gen, reward, old_log_prob, ref, "values", adv, update_critic, update_actor, update_weights
+        unpivot (select run_id, step, columns(lambda c: list_contains($step_phases, c)) from wide)
+        on columns(lambda c: list_contains($step_phases, c))
         into name phase value seconds
     )
     where isfinite(seconds)
@@ -149,15 +146,7 @@ select
     s.gen, s.reward, s.old_log_prob, s.ref, s."values", s.adv, s.update_critic, s.update_actor,
     s.update_weights, s.testing, s.save_checkpoint, s.step_time,
     case when s.step_time is not null then s.other_time end as other_time,
-    s.gen / s.denom as share_gen,
-    s.reward / s.denom as share_reward,
-    s.old_log_prob / s.denom as share_old_log_prob,
-    s.ref / s.denom as share_ref,
-    s."values" / s.denom as share_values,
-    s.adv / s.denom as share_adv,
-    s.update_critic / s.denom as share_update_critic,
-    s.update_actor / s.denom as share_update_actor,
-    s.update_weights / s.denom as share_update_weights,
+    columns(lambda c: list_contains($step_phases, c)) / s.denom as "share_\0",
     case when s.step_time is not null then s.other_time / s.denom end as share_other,
     b.bottleneck_phase,
     -- as verl computes them: gen per response token, the other phases per prompt+response token

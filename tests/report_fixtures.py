@@ -13,8 +13,8 @@ from pipeline import derive, lake
 
 PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
           "update_weights")
-# the fleet tables the reports read, in the order derive writes them (run_baselines before the groups)
-REPORTED_FLEET_TABLES = ("fleet_daily", "fleet_weekly", "run_baselines", "fleet_config_groups")
+# the fleet tables the reports read, in the order derive writes them (run_baselines before those reading it)
+REPORTED_FLEET_TABLES = ("fleet_daily", "fleet_weekly", "run_baselines", "fleet_config_groups", "run_attention")
 HOSTILE_SCRIPT = "<script>alert('pwned')</script>"
 HOSTILE_IMG = '"><img src=x onerror=alert(1)>'
 
@@ -229,6 +229,7 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
         "stop_reason": pa.array([None], pa.string()),
         "hang_reason": pa.array([HANG_REASON if cls == "hang" else None], pa.string()),
         "hang_duration_s": pa.array([2820.0 if cls == "hang" else None], pa.float64()),
+        "training_outcome": pa.array([None], pa.string()),
         "median_step_s": [float(np.nanmedian(step_time))], "goodput": [0.82 * last_step / expected],
         "resume_count": [0], "parse_completeness": [0.999], "wall_time_s": [wall],
         "last_line_file": ["train.log"], "last_line_no": pa.array([m], pa.int64()), "last_line_text": [lines[-1]],

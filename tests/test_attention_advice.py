@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipeline import lake
+from pipeline import derive, lake
 from pipeline.alerts import run_attention_message, runs_needing_attention
 from pipeline.defs.resources import SmtpResource
 
@@ -31,6 +31,7 @@ def test_mail_lists_the_runs_own_changes_and_skips_stops_and_cut_logs(tmp_path):
         ("PYTORCH_CUDA_ALLOC_CONF", None, "expandable_segments:True", "fragmentation")])
     _run(tmp_path, "ctrl-c-run", "interrupted")
     _run(tmp_path, "cut-run", "no_outcome")
+    derive.derive_fleet_table(tmp_path, "run_attention")
     runs = runs_needing_attention(tmp_path, ["oom-run", "ctrl-c-run", "cut-run"])
     assert [r["run_id"] for r in runs] == ["oom-run"]
     smtp = SmtpResource(host="127.0.0.1", port=25, sender="a@test.local", recipients=["b@test.local"])

@@ -287,6 +287,23 @@ def test_step_health_maps_old_verl_names_and_keeps_them(tmp_path):
                       "val/test_score/openai/gsm8k": 0.5}
 
 
+def test_phase_shares_are_one_column_per_timer_inside_the_step(warehouse):
+    """step_phases and fleet_config_groups carry a share for each verl timer inside `timing_s/step` (the
+    design's list, testing and save_checkpoint excluded) and one for the rest of the step; a group's shares
+    add up to 1 and its bottleneck is the phase with the largest share."""
+    inside = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
+              "update_weights"]
+    wh, _, _, _ = warehouse
+    con = connect(wh)
+    for table in ("step_phases", "fleet_config_groups"):
+        columns = [c for (c, *_) in con.execute(f"describe {table}").fetchall() if c.startswith("share_")]
+        assert columns == [f"share_{p}" for p in inside] + ["share_other"], table
+    [row] = con.execute(f"select {', '.join(f'share_{p}' for p in inside)}, share_other, bottleneck_phase "
+                        "from fleet_config_groups").fetchall()
+    assert math.isclose(sum(v or 0 for v in row[:-1]), 1.0)
+    assert row[-1] == inside[max(range(len(inside)), key=lambda i: row[i] or 0)]
+
+
 def test_fleet_tables(warehouse):
     wh, _, _, _ = warehouse
     con = connect(wh)

@@ -3,7 +3,7 @@
 import pyarrow as pa
 from dagster import AssetMaterialization, DagsterInstance, build_run_status_sensor_context, job, op
 
-from pipeline import lake
+from pipeline import derive, lake
 from pipeline.alerts import runs_needing_attention
 from pipeline.defs.resources import SmtpResource, WarehouseResource
 from pipeline.defs.sensors import pipeline_failure_mail, run_attention_mail
@@ -66,13 +66,15 @@ LONG_CAUSE = "torch.OutOfMemoryError: CUDA out of memory. " + "x" * 400
 
 def _summary(failure_class="completed", last_step=100, cause=None) -> pa.Table:
     return pa.table({"failure_class": [failure_class], "last_step": [last_step], "expected_steps": [100],
-                     "root_cause_text": pa.array([cause], pa.string())})
+                     "root_cause_text": pa.array([cause], pa.string()),
+                     "training_outcome": pa.array([None], pa.string())})
 
 
 def _anomalies(*classes) -> pa.Table:
     """Step 1 normal, then one flagged step per class given."""
     return pa.table({"step": list(range(1, len(classes) + 2)), "is_anomaly": [False] + [True] * len(classes),
-                     "anomaly_class": pa.array([None, *classes], pa.string())})
+                     "anomaly_class": pa.array([None, *classes], pa.string()),
+                     "episode_id": pa.array([None, *range(1, len(classes) + 1)], pa.int64())})
 
 
 def _warehouse(warehouse):
@@ -95,6 +97,7 @@ def _warehouse(warehouse):
         "current_value": pa.array([None, "auto", None, "2", "1"], pa.string()),
         "suggested_value": pa.array(["1024", "disable", None, "3", "2"], pa.string()),
         "why": ["w2", "w1", "w3", "w4", "an episode's"]}))
+    derive.derive_fleet_table(warehouse, "run_attention")
     return list(runs)
 
 
@@ -162,7 +165,8 @@ def test_runs_needing_attention_without_anomalies_or_advice_tables(tmp_path):
     """A warehouse with run_summary alone still names the failed runs, with no anomalies and no advice."""
     lake.write_run_table(tmp_path, "run_summary", "oom-run", _summary("cuda_oom", 42, "CUDA out of memory"))
     lake.write_run_table(tmp_path, "run_summary", "healthy-run", _summary())
+    derive.derive_fleet_table(tmp_path, "run_attention")
     assert runs_needing_attention(tmp_path, ["oom-run", "healthy-run"]) == [{
-        "run_id": "oom-run", "failure_class": "cuda_oom", "last_step": 42, "expected_steps": 100,
+        "run_id": "oom-run", "failure_class": "cuda_oom", "failed": True, "last_step": 42, "expected_steps": 100,
         "root_cause_text": "CUDA out of memory", "anomalous_steps": 0, "anomaly_classes": [], "advice": []}]
     assert runs_needing_attention(tmp_path, []) == []

@@ -22,7 +22,7 @@ from report_fixtures import (
     write_run,
 )
 
-from pipeline import lake
+from pipeline import derive, lake
 from pipeline.report import render_fleet_report, render_run_report
 
 DAY = date(2026, 11, 28)
@@ -458,15 +458,15 @@ def test_a_training_failure_puts_a_run_among_the_failures_of_the_fleet():
     from pipeline.report.fleet_data import FleetReportData, FleetRun
     from pipeline.report.fleet_page import fleet_context
 
-    def run(rid, cls, outcome=None):
+    def run(rid, cls, attention, outcome=None):
         return FleetRun(run_id=rid, failure_class=cls, last_step=59, expected_steps=100, goodput=0.6,
                         median_step_s=10.0, bottleneck_phase="gen", experiment="e", config_group="g",
                         ended_at=datetime(2026, 11, 27), ended_by_file_time=False, episodes=0, anomalous_steps=0,
                         top_anomaly=None, root_cause_text="", training_outcome=outcome,
-                        training_outcome_step=36 if outcome else None)
+                        training_outcome_step=36 if outcome else None, attention=attention)
 
-    runs = [run("cut", "no_outcome", "collapsed"), run("fine", "no_outcome"), run("oom", "cuda_oom")]
-    assert [r.attention for r in runs] == [0, 3, 0]
+    # attention as run_attention decides it (tests/test_run_attention.py)
+    runs = [run("cut", "no_outcome", 0, "collapsed"), run("fine", "no_outcome", 3), run("oom", "cuda_oom", 0)]
     got = fleet_context(FleetReportData(day=DAY, runs=runs))
     assert got["training_counts"] == [("collapsed", "Training collapsed", 1)]
     assert (got["n_failed"], got["n_no_outcome"], got["n_window"]) == (2, 1, 3)
@@ -547,7 +547,7 @@ def test_reports_rendered_one_after_another_read_only_their_own_warehouse(tmp_pa
 
 def test_fleet_data_of_an_older_warehouse_counts_each_anomalous_step_as_an_episode(tmp_path):
     """A run_summary without most columns and a step_anomalies written before episodes were numbered: the
-    runs are read from the columns there are, and each anomalous step counts as an episode."""
+    runs are read from the columns there are, and run_attention counts each anomalous step as an episode."""
     from pipeline.report.fleet_data import load_fleet
 
     wh = tmp_path / "wh"
@@ -555,6 +555,7 @@ def test_fleet_data_of_an_older_warehouse_counts_each_anomalous_step_as_an_episo
     lake.write_run_table(wh, "step_anomalies", "old-run", pa.table({
         "step": pa.array([1, 2, 3, 4], pa.int64()), "is_anomaly": [True, False, True, True],
         "anomaly_class": ["kl_spike", None, "kl_spike", "grad_explosion"]}))
+    derive.derive_fleet_table(wh, "run_attention")
     [run] = load_fleet(wh, DAY).runs
     assert (run.run_id, run.failure_class, run.last_step, run.goodput) == ("old-run", "cuda_oom", 4, None)
     assert (run.episodes, run.anomalous_steps, run.top_anomaly) == (3, 3, "kl_spike")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
-from pipeline import vocabulary
+import pyarrow as pa
+
+from pipeline import derive, lake, vocabulary
 from pipeline.report.labels import CLASS_LABELS
 
 
@@ -62,8 +65,23 @@ def test_sql_names_only_declared_classes_and_phases():
     assert set(phases) == set(vocabulary.FAILURE_PHASES) - {"startup"} | {"step_time"}
 
 
-def test_fleet_tables_count_every_class():
-    """fleet_daily and fleet_weekly have a count column for each failure class of the vocabulary."""
-    for name in ("fleet_daily.sql", "fleet_weekly.sql"):
-        counted = re.findall(r"filter \(where (?:\w+\.)?failure_class = '(\w+)'\) as (\w+)", _sql_texts()[name])
-        assert {c for c, col in counted if c == col} == set(vocabulary.FAILURE_CLASSES), name
+def test_fleet_tables_count_every_class(tmp_path):
+    """fleet_daily and fleet_weekly have a count column for each failure class of the design's vocabulary, in its
+    order, 0 where no run ended so, and count a hang among the failed but not a stopped run or a cut log."""
+    design = ("completed", "cuda_oom", "nccl_timeout", "ray_actor_died", "host_oom_killed", "hang", "nan_divergence",
+              "python_exception", "vllm_engine_error", "interrupted", "no_outcome", "unknown")
+    day = datetime(2026, 11, 28, 12)
+    for rid, cls in (("a", "hang"), ("b", "hang"), ("c", "interrupted"), ("d", "no_outcome"), ("e", "cuda_oom")):
+        lake.write_run_table(tmp_path, "run_summary", rid, pa.table({
+            "failure_class": [cls], "first_ts": [day], "last_ts": [day], "mtime": [day], "ingested_at": [day],
+            "median_step_s": [10.0], "goodput": [0.5], "last_step": [3], "wall_time_s": [60.0],
+            "hang_duration_s": pa.array([None], pa.float64())}))
+    for table in ("fleet_daily", "fleet_weekly"):
+        derive.derive_fleet_table(tmp_path, table)
+        with lake.reader(tmp_path, only=(table,)) as con:
+            columns = [c for (c,) in con.execute(
+                "select column_name from duckdb_columns() where table_name = $t order by column_index",
+                {"t": table}).fetchall()]
+            [row] = con.execute(f"select runs, failed, hang, cuda_oom, interrupted, unknown from {table}").fetchall()
+        assert [c for c in columns if c in design] == list(design), table
+        assert row == (5, 3, 2, 1, 1, 0), table

@@ -10,14 +10,10 @@ from pipeline.detect.model import DEFAULT_THRESHOLDS, FittedModel, judged_steps
 from pipeline.detect.rules import OPS, Rule, apply_rules, load_rules
 from pipeline.detect.signals import MOVED_Z
 from pipeline.detect.stretches import grow, opening, stretch_ids, stretch_lengths
+from pipeline.vocabulary import ANOMALIES
 
-# The signal families (signals.FAMILIES) each named class shows in.
-CLASS_FAMILIES = {
-    "gen_slowdown": ("timing",), "old_log_prob_slowdown": ("timing",), "update_actor_slowdown": ("timing",),
-    "kl_spike": ("policy",), "grad_explosion": ("policy",), "nan_loss": ("policy", "critic"),
-    "memory_pressure": ("memory",), "entropy_collapse": ("policy",),
-    "response_length_collapse": ("response", "batch", "timing"), "reward_collapse": ("reward", "advantage", "critic"),
-}
+# The signal families (signals.FAMILIES) each named class shows in (pipeline/vocabulary.py).
+CLASS_FAMILIES = {a.name: a.families for a in ANOMALIES}
 
 
 def decide(

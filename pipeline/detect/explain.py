@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.detect.features import ASINH_CHANNELS, FALLING, LINEAR_CHANNELS, LOG_CHANNELS
+from pipeline.vocabulary import ANOMALIES
 
 # Channels an explanation may cite; memory share and clip fraction read better as absolute values.
 EXPLAIN_CHANNELS = LOG_CHANNELS + ASINH_CHANNELS + ("reward_mean",)
@@ -21,18 +22,8 @@ def _describe(channel: str, value: float, base: float, ratio: float) -> str:
     return f"{channel} {value:.3g}"
 
 
-# The channels that show each class, cited first in its explanation.
-CLASS_CHANNELS = {
-    "gen_slowdown": ("gen", "throughput"),
-    "old_log_prob_slowdown": ("old_log_prob", "step_time"),
-    "update_actor_slowdown": ("update_actor", "step_time"),
-    "kl_spike": ("ppo_kl",),
-    "grad_explosion": ("grad_norm",),
-    "memory_pressure": ("mem_reserved_gb", "mem_allocated_gb"),
-    "entropy_collapse": ("entropy",),
-    "response_length_collapse": ("response_length_mean",),
-    "reward_collapse": ("reward_mean",),
-}
+# The channels that show each class, cited first in its explanation (pipeline/vocabulary.py).
+CLASS_CHANNELS = {a.name: a.channels for a in ANOMALIES if a.channels}
 NOTHING_CITED = "unusual combination of metrics (model score)"
 CITE_Z = 4.0  # other channels are cited when this far from their baseline, the bad way
 BAD_SIGN = {c: -1.0 if c in FALLING or c == "throughput" else 1.0 for c in EXPLAIN_CHANNELS}

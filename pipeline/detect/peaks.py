@@ -13,19 +13,10 @@ import pandas as pd
 
 from pipeline.detect.explain import NOTHING_CITED, explain_steps
 from pipeline.detect.features import LOG_CHANNELS, PHASE_TIMES
+from pipeline.vocabulary import ANOMALIES
 
-# The signal that shows each named class, and the way it moves (+1 up, -1 down).
-PEAK_CHANNEL = {
-    "gen_slowdown": ("gen", 1),
-    "old_log_prob_slowdown": ("old_log_prob", 1),
-    "update_actor_slowdown": ("update_actor", 1),
-    "kl_spike": ("ppo_kl", 1),
-    "grad_explosion": ("grad_norm", 1),
-    "memory_pressure": ("mem_reserved_gb", 1),
-    "entropy_collapse": ("entropy", -1),
-    "response_length_collapse": ("response_length_mean", -1),
-    "reward_collapse": ("reward_mean", -1),
-}
+# The signal that shows each named class, and the way it moves (+1 up, -1 down) (pipeline/vocabulary.py).
+PEAK_CHANNEL = {a.name: a.peak for a in ANOMALIES if a.peak}
 UNITS = {c: " s" for c in (*PHASE_TIMES, "step_time")} | {"mem_reserved_gb": " GB", "mem_allocated_gb": " GB"}
 NEAR = 1.5  # a ratio within NEAR of 1 (either way) reads as a percentage, beyond it as a multiple
 

@@ -11,7 +11,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import duckdb
 import joblib
 import numpy as np
 import pandas as pd
@@ -21,7 +20,7 @@ import pyarrow.parquet as pq
 from pipeline.detect.features import build_features, fleet_baseline_for, group_medians
 from pipeline.detect.model import MODEL_VERSION, AnomalyModelConfig, FittedModel, fit_model
 from pipeline.detect.step_anomalies import STEP_ANOMALIES_SCHEMA, run_chunks, runs_part, score_frame
-from pipeline.lake import check_run_id, staged_run_partitions, table_source
+from pipeline.lake import check_run_id, reader, staged_run_partitions, table_source
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ def fit_anomaly_model(warehouse: str | Path, config: AnomalyModelConfig | None =
     """
     config = config or AnomalyModelConfig()
     started = time.time()
-    with duckdb.connect() as con:
+    with reader(warehouse, only=()) as con:
         phases = read_table(con, warehouse, "step_phases", None)
         if phases.empty:
             return None
@@ -228,7 +227,7 @@ def score_runs(warehouse: str | Path, run_ids) -> int:
         log.warning("no anomaly model in %s: scoring with the rules alone", warehouse)
     flagged = 0
     scored = set()
-    with duckdb.connect() as con:
+    with reader(warehouse, only=()) as con:
         phases = read_table(con, warehouse, "step_phases", run_ids)
         health = read_table(con, warehouse, "step_health", run_ids)
         baseline = None

@@ -184,18 +184,24 @@ def iter_files(
         problems.append(f"{path.name}: archive unreadable ({_describe(exc)}): kept what was read")
 
 
-def _iter_single(path: Path, gz: bool, limits, budget, problems) -> Iterator[FileStream]:
-    name = path.name[: -len(".gz")] if gz and path.name.endswith(".gz") else path.name
+def _open_reported(path: Path, label: str, problems: list[str], vanished: str, skipped: str) -> BinaryIO | None:
+    """`open_regular(path)`, or None with a problem about `label` when it cannot be opened: `vanished` when the
+    file is gone, `skipped` after the reason when it is no regular file."""
     try:
-        raw = open_regular(path)  # closed by the `with raw` below; open errors are reported
+        return open_regular(path)
     except FileNotFoundError:
-        problems.append(f"{path.name}: file vanished before it could be read")
-        return
+        problems.append(f"{label}: {vanished}")
     except NotRegularFile as exc:
-        problems.append(f"{path.name}: {exc}: not read")
-        return
+        problems.append(f"{label}: {exc}: {skipped}")
     except OSError as exc:
-        problems.append(f"{path.name}: cannot open ({exc})")
+        problems.append(f"{label}: cannot open ({exc})")
+    return None
+
+
+def _iter_single(path: Path, gz: bool, limits, budget, problems) -> Iterator[FileStream]:
+    name = _shown(path.name) if gz else path.name
+    raw = _open_reported(path, path.name, problems, "file vanished before it could be read", "not read")
+    if raw is None:
         return
     with raw:
         fh = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
@@ -212,20 +218,11 @@ def _iter_dir(root: Path, limits, budget, problems) -> Iterator[FileStream]:
         if budget.exhausted:
             problems.append(f"{rel}: not read, the decompressed-size limit was reached")
             continue
-        try:
-            raw = open_regular(path)  # closed by the `with raw` below
-        except FileNotFoundError:
-            problems.append(f"{rel}: file vanished during the scan")
-            continue
-        except NotRegularFile as exc:
-            problems.append(f"{rel}: {exc}: skipped, not read")
-            continue
-        except OSError as exc:
-            problems.append(f"{rel}: cannot open ({exc})")
+        raw = _open_reported(path, rel, problems, "file vanished during the scan", "skipped, not read")
+        if raw is None:
             continue
         with raw:
-            name = rel[: -len(".gz")] if rel.endswith(".gz") else rel
-            yield name, _chunks(_maybe_gunzip(raw, rel), rel, limits, budget, problems)
+            yield _shown(rel), _chunks(_maybe_gunzip(raw, rel), rel, limits, budget, problems)
 
 
 def _iter_tar(path: Path, limits, budget, problems) -> Iterator[FileStream]:
@@ -260,15 +257,11 @@ def _iter_tar(path: Path, limits, budget, problems) -> Iterator[FileStream]:
                     kind = "FIFO" if member.isfifo() else "device" if member.isdev() else "special file"
                     problems.append(f"archive member {member.name!r} is a {kind}, not a regular file: skipped")
                 continue
-            name = _inner_name(member.name, top)
-            if PurePosixPath(name).name in MARKER_NAMES:
-                continue
-            if budget.exhausted:
-                problems.append(f"{name}: not read, the decompressed-size limit was reached")
+            name = _member_to_read(member.name, top, budget, problems)
+            if name is None:
                 continue
             fh = tar.extractfile(member)
-            shown = name[: -len(".gz")] if name.endswith(".gz") else name
-            yield shown, _chunks(_maybe_gunzip(fh, name), name, limits, budget, problems)
+            yield _shown(name), _chunks(_maybe_gunzip(fh, name), name, limits, budget, problems)
 
 
 def _iter_zip(path: Path, limits, budget, problems) -> Iterator[FileStream]:
@@ -288,11 +281,8 @@ def _iter_zip(path: Path, limits, budget, problems) -> Iterator[FileStream]:
                 problems.append(f"archive member {info.filename!r} is a {file_kind(kind)}, not a regular file: "
                                 "refused, not read")
                 continue
-            name = _inner_name(info.filename, top)
-            if PurePosixPath(name).name in MARKER_NAMES:
-                continue
-            if budget.exhausted:
-                problems.append(f"{name}: not read, the decompressed-size limit was reached")
+            name = _member_to_read(info.filename, top, budget, problems)
+            if name is None:
                 continue
             try:
                 fh = zf.open(info)
@@ -300,8 +290,23 @@ def _iter_zip(path: Path, limits, budget, problems) -> Iterator[FileStream]:
                 problems.append(f"{name}: cannot read member ({_describe(exc)})")
                 continue
             with fh:
-                shown = name[: -len(".gz")] if name.endswith(".gz") else name
-                yield shown, _chunks(_maybe_gunzip(fh, name), name, limits, budget, problems)
+                yield _shown(name), _chunks(_maybe_gunzip(fh, name), name, limits, budget, problems)
+
+
+def _member_to_read(member: str, top: str, budget: ByteBudget, problems: list[str]) -> str | None:
+    """The name an archive member is read under, or None for a marker file or one past the size limit."""
+    name = _inner_name(member, top)
+    if PurePosixPath(name).name in MARKER_NAMES:
+        return None
+    if budget.exhausted:
+        problems.append(f"{name}: not read, the decompressed-size limit was reached")
+        return None
+    return name
+
+
+def _shown(name: str) -> str:
+    """A file's name as the run shows it: without a `.gz` ending."""
+    return name.removesuffix(".gz")
 
 
 def _inner_name(name: str, top: str) -> str:

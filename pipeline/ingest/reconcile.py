@@ -8,12 +8,11 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.lake import write_run_table
+from pipeline.lake import open_database, write_run_table
 
 from .schemas import STEP_METRICS_SCHEMA
 
@@ -47,7 +46,7 @@ order by step, key
 def write_reconciled(warehouse: Path, run_id: str, raw_path: Path, extra: pa.Table) -> tuple[Path, int]:
     """Write the run's `step_metrics` partition: the reconciled rows of `raw_path`, then `extra` (rows that
     are one per (step, key) already); returns (path, rows written). DuckDB spills next to `raw_path`'s folder."""
-    con = duckdb.connect(config={
+    con = open_database(config={
         "memory_limit": "256MB", "threads": 2, "preserve_insertion_order": True,
         "temp_directory": str(raw_path.parent.parent),
     })

@@ -67,6 +67,7 @@ from .steps import (
     SOURCE_NAMES,
     SRC_JSONL,
     SRC_SEED_TIMING,
+    StepLineCounts,
     StepRows,
     parse_memory_lines,
     parse_step_lines,
@@ -102,7 +103,7 @@ class IngestResult:
 
 
 @dataclass
-class RunTotals:
+class RunTotals(StepLineCounts):
     """Counters and facts gathered over a run."""
 
     n_files: int = 0
@@ -110,13 +111,6 @@ class RunTotals:
     n_bytes: int = 0
     n_raw_lines: int = 0  # newlines counted in the raw bytes: what `lines_conserved` checks against
     n_undecodable: int = 0
-    n_step_lines: int = 0
-    n_failures: int = 0
-    n_console: int = 0
-    n_np: int = 0
-    n_v04: int = 0
-    n_v04_sampled: int = 0
-    n_seed: int = 0
     max_segment: int = 0
     first_ts: datetime | None = None
     last_ts: datetime | None = None
@@ -317,13 +311,7 @@ class _RunIngest:
         self.n_truncated += lines.n_truncated
         if n:
             self.n_cut_at_4096 += pc.sum(pc.equal(pc.utf8_length(text), WANDB_LINE_CHARS)).as_py() or 0
-        t.n_step_lines += rows.n_step_lines
-        t.n_failures += rows.n_failures
-        t.n_console += rows.n_console
-        t.n_np += rows.n_np
-        t.n_v04 += rows.n_v04
-        t.n_v04_sampled += rows.n_v04_sampled
-        t.n_seed += rows.n_seed
+        t.add_counts(rows)
         t.max_segment = max(t.max_segment, state.segment)
         for i, msg in rows.problems:
             self.line_problems.add(name, first + i, msg)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pyarrow as pa
@@ -46,7 +46,27 @@ SRC_CONSOLE, SRC_JSONL, SRC_SEED_KV, SRC_SEED_TIMING, SRC_MEMORY = range(5)
 
 
 @dataclass
-class StepRows:
+class StepLineCounts:
+    """What the step-line parsers count: step lines, lines that failed to parse, console lines and their
+    number formats (np.float64(...), v0.4's sampled), seed key-value lines. A block's rows and a run's totals
+    carry them; `add_counts` sums another's into these."""
+
+    n_step_lines: int = 0
+    n_failures: int = 0
+    n_console: int = 0
+    n_np: int = 0
+    n_v04: int = 0
+    n_v04_sampled: int = 0
+    n_seed: int = 0
+
+    def add_counts(self, other: StepLineCounts) -> None:
+        """Add `other`'s counts to these."""
+        for f in fields(StepLineCounts):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass
+class StepRows(StepLineCounts):
     """Raw metric rows of one block, before reconciliation."""
 
     step: list = field(default_factory=list)
@@ -58,14 +78,7 @@ class StepRows:
     memory: list = field(default_factory=list)  # MemoryRows of the memory lines
     events: list = field(default_factory=list)  # (line_idx, step) of console/seed step lines
     tails: list = field(default_factory=list)  # last pieces of wrapped step lines not classified as such
-    n_step_lines: int = 0
-    n_failures: int = 0
     n_values: int = 0
-    n_console: int = 0
-    n_np: int = 0
-    n_v04: int = 0
-    n_v04_sampled: int = 0
-    n_seed: int = 0
     n_duplicate_keys: int = 0  # values of a key given again on the same step line
     problems: list = field(default_factory=list)  # (line_idx, message)
 

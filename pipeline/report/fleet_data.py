@@ -1,5 +1,5 @@
-"""What the fleet report shows, read from run_summary, step_anomalies and the fleet tables
-(run_baselines, fleet_weekly, fleet_config_groups): the report computes no figure of its own."""
+"""What the fleet report shows, read from run_summary and the fleet tables (run_attention, run_baselines,
+fleet_weekly, fleet_config_groups): the report computes no figure and decides no verdict of its own."""
 
 from __future__ import annotations
 
@@ -10,22 +10,20 @@ from typing import Any
 
 import duckdb
 
-from pipeline import lake, vocabulary
+from pipeline import lake
 from pipeline.report.evidence import shown_line
 from pipeline.report.warehouse import clean, rows, table_rows
 
-FAILED_CLASSES = vocabulary.FAILED_CLASSES
 SUMMARY_COLUMNS = ("run_id", "failure_class", "failure_detail", "last_step", "expected_steps", "goodput",
                    "median_step_s", "bottleneck_phase", "experiment_name", "root_cause_text", "last_ts", "mtime",
                    "ingested_at", "analysis_error", "gpu_hours_lost", "training_outcome", "training_outcome_step")
 # the fleet tables the fleet report reads, each one file: viewed by name
-FLEET_READS = ("run_baselines", "fleet_weekly", "fleet_config_groups")
+FLEET_READS = ("run_attention", "run_baselines", "fleet_weekly", "fleet_config_groups")
 # the per-run tables it reads, a file per run: read straight from their files, as binding a view over them
 # reads every file's footer, and the query then reads them again
-RUN_READS = ("run_summary", "step_anomalies", "run_advice")
-# a run is a regression when it is this much slower than the median of at least this many earlier runs
-REGRESSION_RATIO = 1.25
-MIN_PRIOR_RUNS = 2
+RUN_READS = ("run_summary", "run_advice")
+# run_attention's `attention` of a run it has no row for: none of its verdicts (failed, hung, anomalous, slower)
+FINE = 3
 
 
 @dataclass
@@ -55,18 +53,7 @@ class FleetRun:
     analysed_at: datetime | None = None  # when the warehouse took the run in (run_summary.ingested_at)
     gpu_hours_lost: float | None = None
 
-    @property
-    def attention(self) -> int:
-        """0 failed (its ending or its training), 1 hung, 2 anomalous, 3 fine: the order of the attention list."""
-        if self.training_outcome:
-            return 0
-        if self.failure_class == "hang":
-            return 1
-        if self.failure_class in FAILED_CLASSES:
-            return 0
-        if self.episodes or self.regression:
-            return 2
-        return 3
+    attention: int = FINE  # run_attention's: 0 failed (its ending or its training), 1 hung, 2 anomalous or slower
 
 
 @dataclass
@@ -86,15 +73,12 @@ def load_fleet(warehouse: str | Path, day: date) -> FleetReportData:
     sources = lake.fleet_sources(warehouse, RUN_READS)
     if "run_summary" not in sources:
         return FleetReportData(day=day, runs=[])
-    con = lake.connect(warehouse, only=FLEET_READS)
-    try:
+    with lake.reader(warehouse, only=FLEET_READS) as con:
         cutoff = datetime.combine(day + timedelta(days=1), datetime.min.time())
         runs = [r for r in _runs(con, sources) if r.ended_at is None or r.ended_at < cutoff]
         weeks = table_rows(con, "fleet_weekly", "week_end <= $day", {"day": day}, "week_start")
         groups = table_rows(con, "fleet_config_groups", order="runs desc, config_group")
         advice = _changes(con, sources.get("run_advice"), [r.run_id for r in runs])
-    finally:
-        con.close()
     return FleetReportData(day=day, runs=runs, weeks=weeks, groups=groups, advice=advice)
 
 
@@ -118,25 +102,9 @@ def _runs(con: duckdb.DuckDBPyConnection, sources: dict[str, str]) -> list[Fleet
     # the columns of SUMMARY_COLUMNS the files have (an older warehouse may lack some), in one bind
     found = rows(con, f"select columns(lambda c: list_contains($names, c)) from {sources['run_summary']}",
                  {"names": list(SUMMARY_COLUMNS)})
-    anomalies = _anomalies(con, sources.get("step_anomalies"))
+    verdicts = {r["run_id"]: r for r in table_rows(con, "run_attention")}
     baselines = {r["run_id"]: r for r in table_rows(con, "run_baselines")}
-    return [_fleet_run(r, anomalies.get(r["run_id"], {}), baselines.get(r["run_id"], {})) for r in found]
-
-
-def _anomalies(con: duckdb.DuckDBPyConnection, source: str | None) -> dict[str, dict[str, Any]]:
-    """Per run: anomaly episodes, anomalous steps and the most frequent class (step_anomalies)."""
-    if source is None:
-        return {}
-    def query(episodes: str) -> str:
-        return (f"select run_id, {episodes} as episodes, count(*) as steps, mode(anomaly_class) as top "
-                f"from {source} where is_anomaly group by run_id")
-
-    try:
-        found = rows(con, query("count(distinct episode_id)"))
-    except duckdb.BinderException:
-        # step_anomalies written before episodes were numbered: each anomalous step counts as one
-        found = rows(con, query("count(*)"))
-    return {r["run_id"]: r for r in found}
+    return [_fleet_run(r, verdicts.get(r["run_id"], {}), baselines.get(r["run_id"], {})) for r in found]
 
 
 def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> FleetRun:
@@ -153,10 +121,11 @@ def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> Fl
         ended_at=_naive(base.get("ended_at") or r.get("last_ts") or r.get("mtime") or r.get("ingested_at")),
         ended_by_file_time=bool(base.get("ended_by_file_time", r.get("last_ts") is None)),
         episodes=int(a.get("episodes") or 0),
-        anomalous_steps=int(a.get("steps") or 0),
-        top_anomaly=a.get("top"),
+        anomalous_steps=int(a.get("anomalous_steps") or 0),
+        top_anomaly=a.get("top_anomaly"),
         root_cause_text=shown_line(r.get("root_cause_text")),
-        regression=regression(base),
+        regression=regression(a.get("regression"), base),
+        attention=a.get("attention", FINE),
         analysis_error=str(r.get("analysis_error") or ""),
         training_outcome=r.get("training_outcome"),
         training_outcome_step=r.get("training_outcome_step"),
@@ -172,17 +141,17 @@ def _naive(value: Any) -> datetime | None:
     return value.replace(tzinfo=None) if value.tzinfo is not None else value
 
 
-def regression(base: dict[str, Any]) -> str:
-    """run_baselines' verdict in words: slower per step than earlier runs of its config group or experiment,
-    or fewer tokens per second per GPU than earlier runs of its model setup; "" when neither."""
-    for scope, label in (("group", "config group"), ("exp", "experiment")):
-        ratio, prior = clean(base.get(f"{scope}_step_ratio")), base.get(f"{scope}_prior_runs") or 0
-        if ratio is not None and prior >= MIN_PRIOR_RUNS and ratio > REGRESSION_RATIO:
-            before = clean(base.get(f"{scope}_median_step_s"))
-            median = f" vs {before:.1f} s" if before is not None else ""
-            return f"step time ×{ratio:.2f}{median} over {prior} earlier runs of its {label}"
-    ratio, prior = clean(base.get("setup_slowdown_ratio")), base.get("setup_prior_runs") or 0
-    if ratio is not None and prior >= MIN_PRIOR_RUNS and ratio > REGRESSION_RATIO:
-        return (f"{base['throughput']:.0f} tokens/s per GPU, ×{1 / ratio:.2f} of the {base['setup_throughput']:.0f} "
-                f"of {prior} earlier runs of its model setup ({base.get('model_setup')})")
+def regression(scope: str | None, base: dict[str, Any]) -> str:
+    """run_attention's regression verdict in words, from the run_baselines figures of its `scope`: slower per
+    step than earlier runs of its config group or experiment, or fewer tokens per second per GPU than earlier
+    runs of its model setup; "" when it is none."""
+    if scope in ("group", "exp"):
+        ratio, prior, before = base[f"{scope}_step_ratio"], base[f"{scope}_prior_runs"], base[f"{scope}_median_step_s"]
+        median = f" vs {before:.1f} s" if before is not None else ""
+        label = {"group": "config group", "exp": "experiment"}[scope]
+        return f"step time ×{ratio:.2f}{median} over {prior} earlier runs of its {label}"
+    if scope == "setup":
+        return (f"{base['throughput']:.0f} tokens/s per GPU, ×{1 / base['setup_slowdown_ratio']:.2f} of the "
+                f"{base['setup_throughput']:.0f} of {base['setup_prior_runs']} earlier runs of its model setup "
+                f"({base.get('model_setup')})")
     return ""

@@ -8,9 +8,10 @@ from statistics import median
 from typing import Any
 
 from pipeline.report import fleet_charts
-from pipeline.report.fleet_data import FleetReportData, FleetRun
+from pipeline.report.fleet_data import FINE, FleetReportData, FleetRun
 from pipeline.report.formats import now_with_zone
 from pipeline.report.labels import CLASS_LABELS, TRAINING_LABELS
+from pipeline.vocabulary import STEP_PHASES
 
 MAX_ATTENTION_ROWS = 100
 MAX_CHART_GROUPS = 15
@@ -54,7 +55,7 @@ def _first_screen(runs: list[FleetRun], start: date, day: date) -> dict[str, Any
     """The banner and cards: one window of runs, counted so the outcomes add up to its runs."""
     window = [r for r in runs if _in_window(r, start, day)]
     in_window = {r.run_id for r in window}
-    attention = sorted((r for r in runs if r.attention < 3), key=lambda r: r.attention)
+    attention = sorted((r for r in runs if r.attention < FINE), key=lambda r: r.attention)
     recent = [r for r in attention if r.run_id in in_window]
     shown = recent or attention
     # a run whose training failed counts among the failed, not under how its log ended: the outcomes add up
@@ -146,8 +147,7 @@ def _weekly_chart(weeks: list[dict[str, Any]], png: bool) -> dict[str, Any]:
 
 
 def _group_shares(groups: list[dict[str, Any]]) -> list[tuple[str, dict[str, float]]]:
-    phases = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
-              "update_weights", "other")
+    phases = (*STEP_PHASES, "other")
     return [(g["config_group"] or "settings not in the log", {p: g[f"share_{p}"] for p in phases if g.get(f"share_{p}")})
             for g in groups[:MAX_CHART_GROUPS]]
 

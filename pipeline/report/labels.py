@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pipeline.vocabulary import ANOMALIES, OTHER_ANOMALY, OTHER_ANOMALY_LABEL
+
 CLASS_LABELS = {
     "completed": "Completed",
     "cuda_oom": "CUDA OOM",
@@ -85,20 +87,8 @@ LINE_KINDS = {
     "memory": "memory reports",
     "other": "other (not classified)",
 }
-# an anomaly_class of a step, as a reader would say it
-ANOMALY_LABELS = {
-    "kl_spike": "KL spike",
-    "nan_loss": "NaN loss",
-    "grad_explosion": "Gradient explosion",
-    "gen_slowdown": "Slower generation",
-    "old_log_prob_slowdown": "Slower old-log-prob pass",
-    "update_actor_slowdown": "Slower actor update",
-    "memory_pressure": "Memory pressure",
-    "entropy_collapse": "Entropy collapse",
-    "response_length_collapse": "Response length collapse",
-    "reward_collapse": "Reward collapse",
-    "other": "Unusual steps no rule names",
-}
+# an anomaly_class of a step, as a reader would say it (pipeline/vocabulary.py)
+ANOMALY_LABELS = {a.name: a.label for a in ANOMALIES} | {OTHER_ANOMALY: OTHER_ANOMALY_LABEL}
 # run_events' event_class (its part before ':'); the part after it, an exception's name, is kept as written
 EVENT_LABELS = {
     "error_other": "error",

@@ -12,11 +12,8 @@ from pipeline.report import charts
 from pipeline.report.formats import fmt_pct, now_with_zone
 from pipeline.report.run_data import RunReportData
 from pipeline.report.verdict import verdict
+from pipeline.vocabulary import AFTER_STEP_PHASES, STEP_PHASES
 
-# Timers inside `timing_s/step`, in pipeline order; testing and save_checkpoint run after it closes.
-STEP_PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
-               "update_weights")
-AFTER_STEP_PHASES = ("testing", "save_checkpoint")
 BASELINE_SHARES = ("gen", "old_log_prob", "update_actor", "other")
 
 

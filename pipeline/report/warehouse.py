@@ -43,7 +43,7 @@ def _database() -> duckdb.DuckDBPyConnection:
     # one per process: a child forked from a process that opened one must not touch the parent's threads
     pid = os.getpid()
     if pid not in _DATABASES:
-        _DATABASES[pid] = duckdb.connect()
+        _DATABASES[pid] = lake.open_database()
     return _DATABASES[pid]
 
 
