@@ -81,9 +81,11 @@ onset as (
 )
 select
     run_id,
-    -- non-finite values first (nothing after them is meaningful), then a collapse, then exploding gradients
-    arg_min(outcome, case signal when 'nonfinite' then 0 when 'grad_norm' then 2 else 1 end) as training_outcome,
-    arg_min(onset_step, case signal when 'nonfinite' then 0 when 'grad_norm' then 2 else 1 end)
+    -- non-finite values first (nothing after them is meaningful), then a collapse, then exploding gradients;
+    -- among signals of one rank (length and entropy collapsing) the earliest onset, whichever signal the scan met first
+    arg_min(outcome, [case signal when 'nonfinite' then 0 when 'grad_norm' then 2 else 1 end, onset_step])
+        as training_outcome,
+    arg_min(onset_step, [case signal when 'nonfinite' then 0 when 'grad_norm' then 2 else 1 end, onset_step])
         as training_outcome_step,
     list(signal order by onset_step) as training_signals
 from onset
