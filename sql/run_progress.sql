@@ -243,6 +243,23 @@ began as (
     join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
     join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
     where regexp_matches(l.text, '^(\([^)]*\) )?epoch \d+, step \d+\s*$')
+),
+saved_folder as (
+    -- the last checkpoint folder verl printed in the final segment (run_step_time counts the steps it kept)
+    select l.run_id, max(try_cast(nullif(regexp_extract(l.text, 'global_step_(\d+)', 1), '') as bigint)) as step
+    from marked as l
+    join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
+    where l.text like '%local_global_step_folder%'
+    group by all
+),
+scheduler_idle as (
+    -- SLURM's epilogue: the job sat at almost no CPU (run_stall: a stall the scheduler then ended)
+    select l.run_id, min(try_cast(regexp_extract(l.text, 'CPU Efficiency: ([0-9.]+)%', 1) as double)) as cpu_pct,
+           min(l.line_no) as line_no, arg_min(l.file, l.line_no) as file, arg_min(l.text, l.line_no) as text
+    from marked as l
+    join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
+    where l.text like '%CPU Efficiency:%'
+    group by all
 )
 select
     r.run_id, s.final_segment, fs.step as final_start_step, tr.step as trained_step,
@@ -250,7 +267,8 @@ select
     b.n as bar_n, b.first_line_no as bar_first_line_no, b.stuck_s as bar_stuck_s, b.last_line_no as bar_last_line_no,
     b.last_text as bar_last_text, b.last_elapsed as bar_last_elapsed,
     nr.segment as new_run_segment, coalesce(nr.earlier_runs, 0) as earlier_runs, nr.first_line_no as run_first_line_no,
-    nrs.started_at as run_started_at, a.attempted_s
+    nrs.started_at as run_started_at, a.attempted_s, sf.step as saved_folder_step,
+    si.cpu_pct as idle_cpu_pct, si.file as idle_file, si.line_no as idle_line_no, si.text as idle_text
 from run as r
 left join run_state as s using (run_id)
 left join final_start as fs using (run_id)
@@ -261,3 +279,5 @@ left join bar as b using (run_id)
 left join new_run as nr using (run_id)
 left join new_run_start as nrs using (run_id)
 left join attempts as a using (run_id)
+left join saved_folder as sf using (run_id)
+left join scheduler_idle as si using (run_id)

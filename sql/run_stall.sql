@@ -136,14 +136,8 @@ clock_stall as (
     group by all
 ),
 scheduler_idle as (
-    -- SLURM's epilogue: the job sat at almost no CPU (a stall the scheduler then ended)
-    select l.run_id, min(try_cast(regexp_extract(l.text, 'CPU Efficiency: ([0-9.]+)%', 1) as double)) as cpu_pct,
-           arg_min(l.line_no, l.line_no) as line_no, arg_min(l.file, l.line_no) as file,
-           arg_min(l.text, l.line_no) as text
-    from lines as l
-    join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
-    where l.text like '%CPU Efficiency:%'
-    group by all
+    select run_id, idle_cpu_pct as cpu_pct, idle_line_no as line_no, idle_file as file, idle_text as text
+    from progress where idle_line_no is not null
 ),
 debugger as (
     -- the line saying it waits, else the one saying where the debugger listens (Ray's distributed debugger, or

@@ -65,10 +65,7 @@ checkpoint as (
         left join final_start as fs using (run_id)
         where p.save_checkpoint is not null and (p.segment = f.segment or p.step <= coalesce(fs.step, 0))
         union all
-        select l.run_id, try_cast(nullif(regexp_extract(l.text, 'global_step_(\d+)', 1), '') as bigint)
-        from lines as l
-        join final_segment as f on f.run_id = l.run_id and f.segment = l.segment
-        where l.text like '%local_global_step_folder%'
+        select run_id, saved_folder_step from progress where saved_folder_step is not null
     )
     group by all
 ),
