@@ -1,8 +1,9 @@
 """Robust local levels of series kept one after another in one array (runs, or run x signal groups).
 
 A row's level comes from the clean rows around it in its own group, never from itself, so an
-anomalous step or stretch is not part of its own baseline. Everything is a cumulative sum over the
-whole array: no per-group Python.
+anomalous step or stretch is not part of its own baseline. Everything is a cumulative sum, restarted
+at each run (a Python step per run, none per group): a run's levels are then the same bit for bit
+whichever runs share the array, so a run scored alone (`analyze --run`) or in any batch scores the same.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def _line_from(c, at: np.ndarray) -> np.ndarray:
 
 
 def local_level(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray):
-    """Two levels of each row from the clean rows of its group (the row excluded); g0/g1 from group_bounds.
+    """Two levels of each row from the clean rows of its group (the row excluded); g0/g1 from group_bounds,
+    each group a run (its sums restart there).
 
     Windows count clean rows, not rows, so a long anomalous stretch is skipped over rather than
     leaving its own steps as their baseline.
@@ -59,9 +61,10 @@ def local_level(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.nd
     cc = np.r_[0, np.cumsum(clean)]
     keep = np.flatnonzero(clean)
     xc, yc = x[keep], values[keep]
-    sums = [np.r_[0.0, np.cumsum(a)] for a in (np.ones(len(keep)), xc, xc * xc, yc, xc * yc)]
-    before, upto = cc[i], cc[i + 1]  # clean rows before i, and up to and including i
-    first, end = cc[g0], cc[g1]  # the group's clean rows, as ordinals
+    sums = run_prefix_sums(np.column_stack([np.ones(len(keep)), xc, xc * xc, yc, xc * yc]), cc[i[i == g0]])
+    shift = _run_number(g0)
+    before, upto = cc[i] + shift, cc[i + 1] + shift  # clean rows before i, and up to and including i
+    first, end = cc[g0] + shift, cc[g1] + shift  # the group's clean rows, as ordinals
     lo, hi = np.maximum(before - h, first), np.minimum(upto + h, end)
     level = _line_from([s[hi] - s[lo] - (s[upto] - s[before]) for s in sums], x)
     lo_t = np.maximum(before - h, first)
@@ -71,27 +74,43 @@ def local_level(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.nd
     return level, trailing
 
 
-def _prefix_sum(a: np.ndarray) -> np.ndarray:
-    """Cumulative sum with a leading 0."""
-    out = np.empty(len(a) + 1, dtype=np.result_type(a, np.int64) if a.dtype == bool else a.dtype)
-    out[0] = 0
-    np.cumsum(a, out=out[1:])
-    return out
+def _run_number(r0: np.ndarray) -> np.ndarray:
+    """Each row's run, counted from 0 (`r0`: the first row of the row's run; rows grouped by run)."""
+    return np.cumsum(np.arange(len(r0)) == r0) - 1
+
+
+def run_prefix_sums(columns: np.ndarray, starts: np.ndarray) -> list[np.ndarray]:
+    """Prefix sums of each column of `columns` (rows x k), restarted at each run: `starts` are the runs'
+    first rows (increasing, from 0; a run with no rows repeats the next start). Each run has a leading
+    zero of its own, so run r's prefix at its row boundary b sits at b + r: a window [a, b) of run r
+    sums to p[b + r] - p[a + r], with the very floats that run alone gives."""
+    n = len(columns)
+    out = np.zeros((n + len(starts), columns.shape[1]))
+    ends = np.r_[starts[1:], n].tolist()
+    for r, (s, e) in enumerate(zip(starts.tolist(), ends, strict=True)):
+        np.cumsum(columns[s:e], axis=0, out=out[s + r + 1:e + r + 1])
+    return list(np.ascontiguousarray(out.T))
 
 
 class LineSums:
     """Cumulative sums of the clean rows of grouped series, from which `local_line` reads windowed
-    lines: computed once per clean mask, read for several windows."""
+    lines: computed once per clean mask, read for several windows. `r0`: each row's run's first row
+    (groups nest in runs; the sums restart at each run); the groups' own by default."""
 
-    def __init__(self, values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray):
-        self.x = (np.arange(len(values)) - g0).astype(float)  # position in the group: small numbers keep sums exact
-        cc = _prefix_sum(clean)
+    def __init__(self, values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray,
+                 r0: np.ndarray | None = None):
+        r0 = g0 if r0 is None else r0
+        i = np.arange(len(values))
+        self.x = (i - g0).astype(float)  # position in the group: small numbers keep sums exact
+        cc = np.r_[0, np.cumsum(clean)]
         keep = np.flatnonzero(clean)
         xc, yc = self.x[keep], values[keep]
-        self.sums = [_prefix_sum(a) for a in (xc, xc * xc, yc, xc * yc)]
-        # clean rows before each row, up to and including it, and its group's first and last as ordinals
-        self.before, self.upto = cc[:-1], cc[1:]
-        self.first, self.end = cc[g0], cc[g1]
+        self.sums = run_prefix_sums(np.column_stack([xc, xc * xc, yc, xc * yc]), cc[i[i == r0]])
+        # clean rows before each row, up to and including it, and its group's first and last, as ordinals
+        # moved by the row's run number onto the restarted sums
+        shift = _run_number(r0)
+        self.before, self.upto = cc[:-1] + shift, cc[1:] + shift
+        self.first, self.end = cc[g0] + shift, cc[g1] + shift
 
 
 def _window(arr: np.ndarray, parts) -> np.ndarray:
@@ -106,7 +125,7 @@ def _window(arr: np.ndarray, parts) -> np.ndarray:
 
 
 def local_line(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.ndarray, gap: int = 0,
-               side: str = "both", sums: LineSums | None = None, slope: bool = False):
+               side: str = "both", sums: LineSums | None = None, slope: bool = False, r0: np.ndarray | None = None):
     """The least-squares line through the HALF_WINDOW clean rows on `side` of each row ("both",
     "before" or "after"), read at the row, with its prediction standard error in units of the noise.
 
@@ -115,10 +134,10 @@ def local_line(values: np.ndarray, clean: np.ndarray, g0: np.ndarray, g1: np.nda
     sqrt(1 + 1/n + (x - xbar)^2 / Sxx) of the window's line: about 1.05 in the middle of a series,
     larger where the line is extrapolated (a series' first and last rows, a one-sided line, next to
     a masked stretch), so residuals there count for less. Both are NaN with fewer than MIN_PERIODS
-    clean rows. `sums` (LineSums of the same values and mask) saves recomputing them. With `slope`,
+    clean rows. `sums` (LineSums of the same values and mask, or of `r0`'s runs) saves recomputing them. With `slope`,
     the line's slope (per row) is returned third.
     """
-    s = sums or LineSums(values, clean, g0, g1)
+    s = sums or LineSums(values, clean, g0, g1, r0)
     h = HALF_WINDOW
     inner_lo = np.maximum(s.before - gap, s.first) if gap else s.before
     inner_hi = np.minimum(s.upto + gap, s.end) if gap else s.upto

@@ -67,6 +67,10 @@ MOVED_Z = 3.0  # a key whose 3-step |z| is past this has moved beyond its noise 
 # step_metrics rows summed up at a time: arrays of a few MB, which the allocator reuses (past 32 MB each
 # temporary is a fresh mapping the kernel has to zero: at 15M rows that doubled the time)
 CHUNK_ROWS = 1_000_000
+# bits of a value's place among its group's in the one sort of `_group_quantiles_of` (the rest, 23 bits, number
+# the groups: a chunk of CHUNK_ROWS rows has far fewer series than 2^23)
+FRACTION_BITS = 40
+FRACTION_ONE = 1 << FRACTION_BITS
 
 
 def family_of(key: str) -> str | None:
@@ -119,14 +123,12 @@ def _final_timeline(run, step, key, segment) -> np.ndarray:
 
 
 def _grouped(run: np.ndarray, key: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """An order that groups rows by (run, key) with steps increasing (the identity when they already are)."""
-    n = len(run)
-    new = np.r_[True, (run[1:] != run[:-1]) | (key[1:] != key[:-1])]
-    blocks = _step_code(run[new], key[new])
-    rising = np.all((np.diff(step) > 0) | new[1:]) if n > 1 else True
-    if rising and len(np.unique(blocks)) == len(blocks):
-        return np.arange(n)
-    return np.argsort((run << 40) | (key << 24) | step, kind="stable")
+    """An order that puts rows by run, key code and step (the identity when they already are): one order
+    for a run's rows whichever runs share the array."""
+    code = (run << 40) | (key << 24) | step
+    if len(code) < 2 or bool(np.all(code[1:] > code[:-1])):
+        return np.arange(len(code))
+    return np.argsort(code, kind="stable")
 
 
 def _copies(value: np.ndarray, key_name: np.ndarray, run: np.ndarray, starts: np.ndarray, sizes: np.ndarray):
@@ -166,11 +168,13 @@ def _transform(x: np.ndarray, starts: np.ndarray, sizes: np.ndarray, share: np.n
 def _group_quantiles_of(values: np.ndarray, group: np.ndarray, starts: np.ndarray, qs) -> list[np.ndarray]:
     """Per group, the quantiles `qs` of its finite non-negative values (rows sorted by group)."""
     ok = np.isfinite(values) & (values >= 0)
-    g, v = group[ok], values[ok]
-    # one sort: the group number plus the value squeezed into [0, 1) keeps groups apart and in order
-    ordered = np.sort(g + v / (1.0 + v))
-    frac = ordered - np.floor(ordered)
-    return _group_quantiles(frac / (1.0 - frac), np.floor(ordered).astype(np.int64), len(starts), qs)
+    g, v = group[ok].astype(np.int64), values[ok]
+    # one sort: the group number above the value squeezed into [0, 1) in FRACTION_BITS bits keeps groups
+    # apart and in order; fixed bits, so a group's quantiles do not depend on how many groups share the array
+    place = np.minimum(np.rint(v / (1.0 + v) * FRACTION_ONE), FRACTION_ONE - 1).astype(np.int64)
+    ordered = np.sort((g << FRACTION_BITS) | place)
+    frac = (ordered & (FRACTION_ONE - 1)) / FRACTION_ONE
+    return _group_quantiles(frac / (1.0 - frac), ordered >> FRACTION_BITS, len(starts), qs)
 
 
 def _noise(y: np.ndarray, group: np.ndarray, starts: np.ndarray, sizes: np.ndarray, share: np.ndarray) -> np.ndarray:
@@ -228,13 +232,16 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
     value for value is left out. The timing of validation and checkpoint steps (their step time
     includes that work) and of the first WARMUP_STEPS steps of each resume segment is neither judged
     nor part of a baseline (the named channels still flag an extreme warm-up).
-    Rows already grouped by run and key in step order are not sorted again.
+    Rows already in order of run, key (by name) and step are not sorted again.
     """
     cols = ["run_id", "step", "key", "family", "value", "baseline", "z", "zs"]
     if metrics.empty:
         return pd.DataFrame(columns=cols)
     run, runs = _codes(metrics["run_id"])
     key, keys = _codes(metrics["key"])
+    # codes in name order: a run's series then lie in one order, and its sums add up alike, whichever runs share the chunk
+    by_name = keys.sort_values()
+    key, keys = by_name.get_indexer(keys)[key], by_name
     family = pd.Index(keys.map(family_of))
     step = metrics["step"].to_numpy(dtype=np.int64)
     segment = metrics["segment"].to_numpy(dtype=np.int64) if "segment" in metrics else np.zeros(len(step), np.int64)
@@ -254,6 +261,7 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
     starts = np.flatnonzero(new)
     sizes = np.diff(np.r_[starts, len(run)])
     g0, g1 = group_bounds(group)
+    r0 = group_bounds(run)[0]  # the sums behind the lines restart at each run (levels.LineSums)
     timing = (family == "timing")[key]
     # timing of validation/checkpoint steps, and of a resume segment's first steps (the first rows of
     # each stretch of one segment within a series), is out of the series altogether
@@ -272,7 +280,7 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
     # an anomalous stretch then can neither vouch for its own members nor pull the baseline of the
     # healthy rows on either side of it. Leaving a healthy row out costs little; keeping an
     # anomalous one in costs a lot.
-    sums = LineSums(y, finite, g0, g1)
+    sums = LineSums(y, finite, g0, g1, r0)
     far = np.zeros(len(y), dtype=bool)
     for gap, side in ((0, "before"), (0, "after"), (FIRST_PASS_GAP, "both")):
         level, factor = local_line(y, finite, g0, g1, gap, side, sums)
@@ -281,12 +289,12 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
         if side == "before":
             off_past = far.copy()  # far from its own past: what the past line below leaves out
     clean = _enough(finite & ~far, finite, starts, sizes)
-    base, factor = local_line(y, clean, g0, g1)
+    base, factor = local_line(y, clean, g0, g1, r0=r0)
     # once more without the rows that line still finds far (a cluster member the masks let through)
     with np.errstate(invalid="ignore"):
         clean &= ~(np.abs(y - base) > MASK_Z * sigma * factor)
     clean = _enough(clean, finite, starts, sizes)
-    sums = LineSums(y, clean, g0, g1)
+    sums = LineSums(y, clean, g0, g1, r0)
     base, factor, slope = local_line(y, clean, g0, g1, sums=sums, slope=True)
     # The two-sided line straddles a lasting change of level: the healthy rows just before it would
     # look off against a line half on the new level. A row is as far off as the nearer of that line
@@ -298,7 +306,8 @@ def signal_z(metrics: pd.DataFrame) -> pd.DataFrame:
     # Nor does a past line steeper than the two-sided one excuse a row: a slow climb (a leak) moves
     # each step within the noise, so its own past follows it and would excuse its top; the healthy
     # rows before a change of level have a flat past and a two-sided line tilted by the change.
-    past, past_factor, past_slope = local_line(y, finite & ~off_past, g0, g1, FIRST_PASS_GAP, "before", slope=True)
+    past, past_factor, past_slope = local_line(y, finite & ~off_past, g0, g1, FIRST_PASS_GAP, "before", slope=True,
+                                               r0=r0)
     with np.errstate(invalid="ignore"):
         use_past = (np.abs(y - past) / past_factor < np.abs(y - base) / factor) & (past_factor <= PAST_FACTOR)
         use_past &= np.abs(past_slope) <= np.abs(slope) + STEEPER * sigma

@@ -14,7 +14,7 @@ from pipeline.detect.model import FittedModel
 from pipeline.detect.peaks import named_episode_texts
 from pipeline.detect.signals import signal_summary
 
-CHUNK_STEPS = 200_000  # steps read and scored at a time (their signals in smaller chunks: signals.CHUNK_ROWS)
+CHUNK_STEPS = 5_000  # steps read and scored at a time (their signals in smaller chunks: signals.CHUNK_ROWS)
 
 STEP_ANOMALIES_SCHEMA = pa.schema(
     [

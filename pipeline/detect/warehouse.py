@@ -74,7 +74,8 @@ def read_table(con, warehouse: str | Path, table: str, run_ids: list[str] | None
 def read_metrics(con, warehouse: str | Path, run_ids: list[str]) -> pd.DataFrame | None:
     """The runs' step_metrics rows (None when the lake has none)."""
     data = _arrow(con, warehouse, "step_metrics", run_ids, "select run_id, step, key, value, segment from {source}")
-    return None if data is None else data.to_pandas()
+    # categories: a run id or key as one Python string per row was most of a chunk's memory
+    return None if data is None else data.to_pandas(strings_to_categorical=True)
 
 
 def _read_runs(con, warehouse: str | Path) -> pd.DataFrame:
