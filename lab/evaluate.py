@@ -14,36 +14,21 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pandas.api.types import union_categoricals
 
 from lab.real_logs import DEFAULT_DIR, RealLogs, load_healthy
 from lab.simulate.metric_keys import validation_keys
 from lab.simulate.unnamed import TUNED_KINDS, UNNAMED_KINDS, add_unnamed_episodes
 from lab.simulate.vocab import ANOMALY_CLASSES
+from pipeline.derive import query_frames
 from pipeline.detect.decide import decide
 from pipeline.detect.features import build_features
 from pipeline.detect.model import AnomalyModelConfig, FittedModel, fit_model
 from pipeline.detect.rules import load_rules
 from pipeline.detect.scoring import Scores, score_predictions
 from pipeline.detect.step_anomalies import score_frame
-from pipeline.vocabulary import STEP_PHASES
 
-# verl metric key -> step_phases / step_health column, the same mapping as sql/step_*.sql
-PHASE_KEYS = {
-    "timing_s/gen": "gen", "timing_s/reward": "reward", "timing_s/old_log_prob": "old_log_prob",
-    "timing_s/ref": "ref", "timing_s/values": "values", "timing_s/adv": "adv",
-    "timing_s/update_critic": "update_critic", "timing_s/update_actor": "update_actor",
-    "timing_s/update_weights": "update_weights", "timing_s/testing": "testing",
-    "timing_s/save_checkpoint": "save_checkpoint", "timing_s/step": "step_time",
-    "perf/total_num_tokens": "total_tokens", "perf/throughput": "throughput",
-}
-HEALTH_KEYS = {
-    "critic/score/mean": "score_mean", "critic/rewards/mean": "reward_mean", "actor/ppo_kl": "ppo_kl",
-    "actor/kl_loss": "kl_loss", "actor/entropy": "entropy", "actor/pg_loss": "pg_loss",
-    "actor/pg_clipfrac": "pg_clipfrac", "actor/grad_norm": "grad_norm", "critic/vf_loss": "vf_loss",
-    "response_length/mean": "response_length_mean", "perf/max_memory_allocated_gb": "mem_allocated_gb",
-    "perf/max_memory_reserved_gb": "mem_reserved_gb", "perf/cpu_memory_used_gb": "cpu_memory_used_gb",
-}
 RAW_BASELINE_COLUMNS = (
     "gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "step_time", "throughput",
     "ppo_kl", "entropy", "pg_loss", "pg_clipfrac", "grad_norm", "response_length_mean", "reward_mean",
@@ -81,45 +66,27 @@ def _concat_metrics(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def trace_frames(traces) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """step_phases-like and step_health-like frames plus labels from simulator RunTraces (final timeline)."""
-    phase_parts, health_parts, labels = [], [], {}
-    for tr in traces:
-        last = {}
-        for i, s in enumerate(tr.step):
-            last[int(s)] = i
-        steps = np.array(sorted(last), dtype=np.int64)
-        pos = np.array([last[s] for s in steps], dtype=np.int64)
-        run_id = tr.spec.run_id
-        ph = {"run_id": run_id, "step": steps}
-        for key, col in PHASE_KEYS.items():
-            if key in tr.values:
-                ph[col] = tr.values[key][pos]
-        phases = pd.DataFrame(ph)
-        if "testing" in phases:
-            phases.loc[~tr.is_test[pos], "testing"] = np.nan
-        if "save_checkpoint" in phases:
-            phases.loc[~tr.is_save[pos], "save_checkpoint"] = np.nan
-        inside = [c for c in STEP_PHASES if c in phases]
-        phases["other_time"] = phases["step_time"] - phases[inside].sum(axis=1)
-        for c in inside + ["other_time"]:
-            phases[f"share_{c}"] = phases[c] / phases["step_time"]
-        he = {"run_id": run_id, "step": steps}
-        for key, col in HEALTH_KEYS.items():
-            if key in tr.values:
-                he[col] = tr.values[key][pos]
-        health = pd.DataFrame(he)
-        numeric = np.column_stack([tr.values[k][pos] for k in tr.keys if not k.startswith(("val-", "timing_s/t",
-                                                                                            "timing_s/s"))])
-        health["has_nan"] = ~np.isfinite(numeric).all(axis=1)
-        phase_parts.append(phases)
-        health_parts.append(health)
-        labels[run_id] = {
-            "failure_class": tr.spec.failure_class,
-            "last_step": int(tr.spec.last_step),
-            "n_steps_logged": int(len(steps)),
-            "episodes": [e.label() for e in tr.spec.episodes],
-        }
-    return pd.concat(phase_parts, ignore_index=True), pd.concat(health_parts, ignore_index=True), labels
+    """step_phases and step_health rows of simulator RunTraces (final timeline), derived by the very SQL that
+    writes those tables (`derive.query_frames`), plus the traces' labels."""
+    metrics = _concat_metrics([trace_metrics(tr) for tr in traces])
+    metrics = metrics.assign(source="console", file="", line_no=np.int64(0))
+    run_ids = [tr.spec.run_id for tr in traces]
+    phases, health = (_frame(query_frames(name, {"step_metrics": metrics}, run_ids))
+                      for name in ("step_phases", "step_health"))
+    labels = {tr.spec.run_id: {
+        "failure_class": tr.spec.failure_class,
+        "last_step": int(tr.spec.last_step),
+        "n_steps_logged": len(set(tr.step.tolist())),
+        "episodes": [e.label() for e in tr.spec.episodes],
+    } for tr in traces}
+    return phases, health, labels
+
+
+def _frame(table) -> pd.DataFrame:
+    """A derived table's rows by run and step, without its list and map columns (the detector reads none)."""
+    frame = table.drop_columns([f.name for f in table.schema if pa.types.is_nested(f.type)]).to_pandas()
+    frame["run_id"] = frame["run_id"].astype(str)  # step_metrics' categories come back as such, in no set order
+    return frame.sort_values(["run_id", "step"]).reset_index(drop=True)
 
 
 def simulated_traces(seed: int, runs: int, steps_scale: float = 1.0):

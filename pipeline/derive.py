@@ -281,6 +281,21 @@ def _run_table(
     return rows
 
 
+def query_frames(name: str, frames: Mapping[str, object], run_ids: list[str]) -> pa.Table:
+    """The rows `sql/<name>.sql` gives over in-memory tables (`frames`: table name -> a pandas or Arrow table)
+    for `run_ids`, each other table it reads stood in empty: the columns derive writes, for data that is not
+    in a warehouse (the lab grades the detector on the simulator's traces through this)."""
+    with lake.open_database() as con:
+        con.execute(sql_macro())
+        vocabulary_tables(con)
+        for table in tables.table(name).reads:
+            if table in frames:
+                con.register(table, frames[table])
+            else:
+                con.execute(f"create temp table {table} ({tables.table(table).stand_in})")
+        return con.sql(sql_text(name), params=_params(name, run_ids, None)).to_arrow_table()
+
+
 def derive_run_table(
     warehouse: str | Path,
     name: str,
