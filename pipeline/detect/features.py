@@ -402,8 +402,18 @@ def group_medians(phases: pd.DataFrame, groups: pd.Series | None = None) -> pd.D
     `groups`: each run's config group (index run_id), as run_baselines names it; a run without one is
     in the fleet's row only.
     """
+    return group_table(run_medians(phases), groups)
+
+
+def run_medians(phases: pd.DataFrame) -> pd.DataFrame:
+    """Each run's median phase times (index run_id): what `group_table` needs of a run, whatever chunk it is read in."""
     cols = [c for c in PHASE_TIMES + ("step_time",) if c in phases]
-    per_run = phases.groupby("run_id")[cols].median()
+    return phases.groupby("run_id")[cols].median()
+
+
+def group_table(per_run: pd.DataFrame, groups: pd.Series | None = None) -> pd.DataFrame:
+    """`group_medians` from the runs' own medians (`run_medians`)."""
+    cols = list(per_run.columns)
     group = _group_of(groups, per_run.index)
     table = per_run[group.notna().to_numpy()].groupby(group.dropna().to_numpy())[cols].median()
     table.loc["*"] = per_run[cols].median()

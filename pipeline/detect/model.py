@@ -94,22 +94,37 @@ def judged_steps(features: pd.DataFrame) -> np.ndarray:
     return features["sig_keys"].to_numpy(dtype=float) > 0 if "sig_keys" in features else np.zeros(len(features), bool)
 
 
+def training_rows(features: pd.DataFrame, rules: tuple[Rule, ...] | None = None) -> pd.DataFrame:
+    """What the fit reads of each step: its model input (`model_matrix`, unfloored), whether it is judged
+    (`judged_steps`) and whether it is ordinary (judged, and no rule fires). A few numbers a step, so that a
+    fleet's steps can be gathered chunk by chunk and fitted on at once."""
+    hits, _ = apply_rules(features, rules or load_rules())
+    judged = judged_steps(features)
+    rows = pd.DataFrame(model_matrix(features, MODEL_FEATURES), columns=list(MODEL_FEATURES))
+    rows["judged"] = judged
+    rows["ordinary"] = judged & ~hits.to_numpy().any(axis=1)
+    return rows
+
+
 def fit_model(features: pd.DataFrame, config: AnomalyModelConfig | None = None,
               rules: tuple[Rule, ...] | None = None) -> FittedModel:
-    """Fit the isolation forest on the fleet's ordinary steps (pure: no files).
+    """Fit the isolation forest on the fleet's ordinary steps (pure: no files); see `fit_training_rows`."""
+    return fit_training_rows(training_rows(features, rules), config)
 
-    Ordinary: judged (`_judged`) and no rule fires. The forest learns what those steps' signal
-    summaries look like; the gate is the score its `contamination` share of them passes.
+
+def fit_training_rows(rows: pd.DataFrame, config: AnomalyModelConfig | None = None) -> FittedModel:
+    """Fit the isolation forest on the ordinary steps of `rows` (`training_rows` of the fleet's steps).
+
+    The forest learns what those steps' signal summaries look like; the gate is the score its
+    `contamination` share of them passes. With too few ordinary steps it learns from every judged one.
     """
     config = config or AnomalyModelConfig()
     th = dict(DEFAULT_THRESHOLDS) | dict(config.thresholds)
-    hits, _ = apply_rules(features, rules or load_rules())
-    judged = judged_steps(features)
-    ordinary = judged & ~hits.to_numpy().any(axis=1)
+    judged, ordinary = rows["judged"].to_numpy(dtype=bool), rows["ordinary"].to_numpy(dtype=bool)
     train = ordinary if ordinary.sum() >= MIN_FIT_STEPS else judged
     if train.sum() < MIN_FIT_STEPS:
         return FittedModel(None, MODEL_FEATURES, np.zeros(len(MODEL_FEATURES)), np.nan, np.nan, th)
-    x = model_matrix(features[train], MODEL_FEATURES)
+    x = rows.loc[train, list(MODEL_FEATURES)].to_numpy(dtype=float)
     if len(x) > FIT_SAMPLE:
         # each tree draws max_samples steps anyway; the sample settles the floor, gate and typical score
         x = x[np.random.default_rng(config.random_state).choice(len(x), FIT_SAMPLE, replace=False)]

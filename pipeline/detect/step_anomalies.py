@@ -88,7 +88,11 @@ def _by_episode(result: pd.DataFrame, column: str, rows: np.ndarray, values: dic
 
 def run_chunks(phases: pd.DataFrame) -> list[list[str]]:
     """Run ids in groups of about CHUNK_STEPS steps (a run is never split)."""
-    sizes = phases.groupby("run_id", sort=True).size()
+    return chunks_of(phases.groupby("run_id", sort=True).size())
+
+
+def chunks_of(sizes: pd.Series) -> list[list[str]]:
+    """The run ids of `sizes` (steps per run, index run_id, in order) in groups of about CHUNK_STEPS steps."""
     chunks, current, total = [], [], 0
     for rid, n in sizes.items():
         if current and total + n > CHUNK_STEPS:

@@ -17,9 +17,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.detect.features import build_features, fleet_baseline_for, group_medians
-from pipeline.detect.model import MODEL_VERSION, AnomalyModelConfig, FittedModel, fit_model
-from pipeline.detect.step_anomalies import STEP_ANOMALIES_SCHEMA, run_chunks, runs_part, score_frame
+from pipeline.detect.features import build_features, fleet_baseline_for, group_table, run_medians
+from pipeline.detect.model import (
+    MODEL_VERSION,
+    AnomalyModelConfig,
+    FittedModel,
+    fit_training_rows,
+    training_rows,
+)
+from pipeline.detect.step_anomalies import STEP_ANOMALIES_SCHEMA, chunks_of, score_frame
 from pipeline.lake import check_run_id, reader, staged_run_partitions, table_source
 
 log = logging.getLogger(__name__)
@@ -92,31 +98,48 @@ def read_config_groups(con, warehouse: str | Path) -> pd.Series | None:
     return None if data is None else data.to_pandas().set_index("run_id")["config_group"]
 
 
+def step_counts(con, warehouse: str | Path, run_ids: list[str] | None = None) -> pd.Series:
+    """Steps per run in step_phases (index run_id, sorted), of `run_ids` (all when None): what a chunk
+    of runs is cut by before any of their rows are read."""
+    data = _arrow(con, warehouse, "step_phases", run_ids, "select run_id, count(*) as n from {source} group by run_id")
+    if data is None:
+        return pd.Series(dtype="int64")
+    counts = data.to_pandas().set_index("run_id")["n"]
+    return counts.sort_index()
+
+
 def fit_anomaly_model(warehouse: str | Path, config: AnomalyModelConfig | None = None) -> ModelInfo | None:
     """Fit the forest on every step of the warehouse's fleet and save it with its description.
 
     Writes `<warehouse>/models/anomaly_model.joblib` and `anomaly_model.json` (settings, feature
     list, training runs/steps/dates, sklearn and model versions). None, and nothing written, when
-    the warehouse has no step to fit on (no step_phases row).
+    the warehouse has no step to fit on (no step_phases row). The fleet is read a chunk of runs at a time
+    (`chunks_of`), twice: its runs' median phase times first (the config groups' baselines), then
+    their features, of which only the few numbers a step the fit reads are kept (`training_rows`).
     """
     config = config or AnomalyModelConfig()
     started = time.time()
     with reader(warehouse, only=()) as con:
-        phases = read_table(con, warehouse, "step_phases", None)
-        if phases.empty:
+        counts = step_counts(con, warehouse)
+        if counts.empty:
             return None
-        health = read_table(con, warehouse, "step_health", None)
-        health = health if not health.empty else phases[["run_id", "step"]]
+        chunks = chunks_of(counts)
+        groups = read_config_groups(con, warehouse)
+        table = group_table(pd.concat([run_medians(read_table(con, warehouse, "step_phases", ids)) for ids in chunks]),
+                            groups)
+        baseline = fleet_baseline_for(list(counts.index), groups, table)
+        parts, steps = [], []
+        for ids in chunks:
+            phases = read_table(con, warehouse, "step_phases", ids)
+            health = read_table(con, warehouse, "step_health", ids)
+            health = health if not health.empty else phases[["run_id", "step"]]
+            features = build_features(phases, health, baseline, read_metrics(con, warehouse, ids))
+            parts.append(training_rows(features))
+            steps += [int(phases["step"].min()), int(phases["step"].max())]
         runs_df = _read_runs(con, warehouse)
         runs_df = runs_df if not runs_df.empty else None
-        groups = read_config_groups(con, warehouse)
-        table = group_medians(phases, groups)
-        baseline = fleet_baseline_for(sorted(phases["run_id"].unique()), groups, table)
-        parts = [build_features(runs_part(phases, ids), runs_part(health, ids), baseline,
-                                read_metrics(con, warehouse, ids))
-                 for ids in run_chunks(phases)]
-    features = pd.concat(parts, ignore_index=True)
-    fitted = fit_model(features, config)
+    rows = pd.concat(parts, ignore_index=True)
+    fitted = fit_training_rows(rows, config)
     fitted.fleet_baseline = table
 
     path, meta_path = model_paths(warehouse)
@@ -124,17 +147,17 @@ def fit_anomaly_model(warehouse: str | Path, config: AnomalyModelConfig | None =
     # the C pickler: joblib's own writes the forest's thousands of small objects in Python, 6x slower;
     # joblib.load reads both
     path.write_bytes(pickle.dumps(fitted, protocol=pickle.HIGHEST_PROTOCOL))
-    run_ids = sorted(phases["run_id"].unique())
+    run_ids = list(counts.index)
     training = {
         "n_runs": len(run_ids),
-        "n_steps": int(len(features)),
+        "n_steps": int(len(rows)),
         "runs": run_ids,
-        "steps": [int(phases["step"].min()), int(phases["step"].max())],
+        "steps": [min(steps), max(steps)],
         "dates": _date_range(runs_df),
     }
     meta = _description(path, fitted, config, training, time.time() - started)
     meta_path.write_text(json.dumps(meta, indent=2))
-    return ModelInfo(path, meta_path, len(run_ids), int(len(features)), fitted.features, MODEL_VERSION, meta)
+    return ModelInfo(path, meta_path, len(run_ids), int(len(rows)), fitted.features, MODEL_VERSION, meta)
 
 
 def _date_range(runs: pd.DataFrame | None) -> dict:
@@ -218,7 +241,7 @@ def score_runs(warehouse: str | Path, run_ids) -> int:
     """Score the runs with the stored model and rewrite their step_anomalies partitions.
 
     Returns the number of flagged steps. Without a stored model the rules decide alone (logged).
-    Runs are scored CHUNK_STEPS steps at a time.
+    Runs are read and scored about CHUNK_STEPS steps at a time (`chunks_of`).
     """
     run_ids = sorted(set(run_ids))
     if not run_ids:
@@ -229,15 +252,14 @@ def score_runs(warehouse: str | Path, run_ids) -> int:
     flagged = 0
     scored = set()
     with reader(warehouse, only=()) as con:
-        phases = read_table(con, warehouse, "step_phases", run_ids)
-        health = read_table(con, warehouse, "step_health", run_ids)
         baseline = None
         if model is not None and model.fleet_baseline is not None:
             baseline = fleet_baseline_for(run_ids, read_config_groups(con, warehouse), model.fleet_baseline)
-        for ids in run_chunks(phases) if not phases.empty else []:
-            part_health = runs_part(health, ids) if not health.empty else runs_part(phases, ids)[["run_id", "step"]]
-            result = score_frame(runs_part(phases, ids), part_health, model, baseline,
-                                 metrics=read_metrics(con, warehouse, ids))
+        for ids in chunks_of(step_counts(con, warehouse, run_ids)):
+            phases = read_table(con, warehouse, "step_phases", ids)
+            health = read_table(con, warehouse, "step_health", ids)
+            health = health if not health.empty else phases[["run_id", "step"]]
+            result = score_frame(phases, health, model, baseline, metrics=read_metrics(con, warehouse, ids))
             _write_partitions(warehouse, result, ids)
             flagged += int(result["is_anomaly"].sum())
             scored.update(ids)
