@@ -62,3 +62,35 @@ def test_two_changed_runs_apart_in_the_partition_order_are_one_run_of_analyze_ba
         assert changed == (rid in ("run-a", "run-c")), rid
     page = (reports / "runs" / "run-c.html").read_text(encoding="utf-8")
     assert "step 7" in page
+
+
+def test_a_batch_over_the_cap_is_consecutive_runs_of_the_whole_graph(tmp_path, monkeypatch):
+    """A Dagster run in this process holds its events until it ends: past MAX_RUNS_PER_RUN runs a batch is analysed
+    as consecutive runs of analyze_batch, each over at most that many partitions; the first fits the model, every
+    one writes its runs' tables and reports, and the fleet report ends up with every run."""
+    from pipeline.defs import analysis
+
+    monkeypatch.setattr(analysis, "MAX_RUNS_PER_RUN", 2)
+    archive, warehouse, reports = tmp_path / "archive", tmp_path / "wh", tmp_path / "reports"
+    names = [f"run-{c}" for c in "abcde"]
+    for rid in names:
+        write_run(archive, rid, steps=4)
+    instance = DagsterInstance.ephemeral()
+    said = []
+    outcome = analyze_archive(archive, warehouse, reports, instance=instance, progress=said.append)
+
+    assert sorted(outcome.run_ids) == names
+    runs = instance.get_runs()[::-1]  # oldest first
+    assert [r.job_name for r in runs] == ["analyze_batch"] * 3
+    assert [_range(instance, r) if "dagster/partition" not in r.tags else [r.tags["dagster/partition"]]
+            for r in runs] == [names[0:2], names[2:4], names[4:]]
+    fits = [bool(instance.all_logs(r.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+                 and any(e.dagster_event.asset_key == AssetKey("anomaly_model")
+                         for e in instance.all_logs(r.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)))
+            for r in runs]
+    assert fits == [True, False, False]
+    assert _last_steps(warehouse) == dict.fromkeys(names, 4)
+    assert all((reports / "runs" / f"{rid}.html").is_file() for rid in names)
+    fleet = outcome.fleet_report.read_text(encoding="utf-8")
+    assert all(rid in fleet for rid in names)
+    assert any(m.startswith("part 3 of 3: ") for m in said), said

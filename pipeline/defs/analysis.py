@@ -30,6 +30,10 @@ from pipeline.selection import NoRunsError, RunSelection, no_runs_message
 # Dagster's console logger prints every step event at DEBUG; the command line shows what the run starts
 # doing next, in words, instead (the `progress` logger)
 RUN_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}, "progress": {}}}
+# Runs one in-process Dagster run analyses at most: the run holds every event it logs in memory until it ends,
+# about 190 KB a run (a materialisation per per-run asset and partition), so a larger batch is analysed as
+# consecutive runs of this many, each of the whole graph, and memory stays that of this many runs.
+MAX_RUNS_PER_RUN = 1000
 
 
 @dataclass
@@ -102,7 +106,8 @@ def analyze_archive(
     select: RunSelection | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ArchiveOutcome:
-    """Analyse every finished run in `archive` that changed since its last analysis, in one Dagster run.
+    """Analyse every finished run in `archive` that changed since its last analysis, in one Dagster run (one per
+    MAX_RUNS_PER_RUN runs, in turn, the first of them fitting the model when that is due).
 
     The runs to analyse become consecutive run_id partitions (`partitions.place_batch` moves re-analysed
     runs to the end of the order), and one run of the `analyze_batch` job materialises the graph over that
@@ -143,14 +148,22 @@ def analyze_archive(
     # a fleet table deleted or damaged since the last analysis is rebuilt even when no run changed
     fleet_gone = bool(ordered or unchanged) and any(table_source(warehouse, t) is None for t in tables.fleet_tables())
     rebuild_fleet = bool(ordered) or fit or fleet_gone
-    tags = {**(partition_tags(ordered) if ordered else {}), **({REINGEST_TAG: "true"} if force and ordered else {}),
-            DAY_TAG: day.isoformat(), **({MAIL_TAG: "true"} if mail else {})}
-    loggers = {**default_loggers(), "progress": progress_logger(say, _stages(len(ordered), len(unchanged), mail))}
-    job = Definitions(assets=ASSETS, asset_checks=ASSET_CHECKS, jobs=[analyze_batch], resources=resources,
-                      loggers=loggers).resolve_job_def(analyze_batch.name)
-    job.execute_in_process(
-        instance=instance, tags=tags, run_config=RUN_LOGS,
-        asset_selection=[AssetKey(a) for a in batch_selection(bool(ordered), rebuild_fleet, fit, mail)])
+    parts = [ordered[i:i + MAX_RUNS_PER_RUN] for i in range(0, len(ordered), MAX_RUNS_PER_RUN)] or [[]]
+    for k, part in enumerate(parts):
+        # the model is fitted (when due) by the first part, which the others are then scored with; the mail
+        # goes with the last part's fleet report
+        last = k == len(parts) - 1
+        tags = {**(partition_tags(part) if part else {}), **({REINGEST_TAG: "true"} if force and part else {}),
+                DAY_TAG: day.isoformat(), **({MAIL_TAG: "true"} if mail and last else {})}
+        told = say if len(parts) == 1 else (lambda what, k=k: say(f"part {k + 1} of {len(parts)}: {what}"))
+        stages = _stages(len(part), len(unchanged) if k == 0 else 0, mail and last)
+        loggers = {**default_loggers(), "progress": progress_logger(told, stages)}
+        job = Definitions(assets=ASSETS, asset_checks=ASSET_CHECKS, jobs=[analyze_batch], resources=resources,
+                          loggers=loggers).resolve_job_def(analyze_batch.name)
+        job.execute_in_process(
+            instance=instance, tags=tags, run_config=RUN_LOGS,
+            asset_selection=[AssetKey(a) for a in batch_selection(bool(part), rebuild_fleet, fit and k == 0,
+                                                                  mail and last)])
     refresh_catalog(warehouse)
     fleet_path = Path(reports) / "fleet" / f"{day.isoformat()}.html"
     return ArchiveOutcome(
