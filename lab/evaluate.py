@@ -14,7 +14,6 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 from pandas.api.types import union_categoricals
 
 from lab.real_logs import DEFAULT_DIR, RealLogs, load_healthy
@@ -28,6 +27,7 @@ from pipeline.detect.model import AnomalyModelConfig, FittedModel, fit_model
 from pipeline.detect.rules import load_rules
 from pipeline.detect.scoring import Scores, score_predictions
 from pipeline.detect.step_anomalies import score_frame
+from pipeline.detect.warehouse import detector_frame
 
 RAW_BASELINE_COLUMNS = (
     "gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "step_time", "throughput",
@@ -83,8 +83,8 @@ def trace_frames(traces) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
 
 
 def _frame(table) -> pd.DataFrame:
-    """A derived table's rows by run and step, without its list and map columns (the detector reads none)."""
-    frame = table.drop_columns([f.name for f in table.schema if pa.types.is_nested(f.type)]).to_pandas()
+    """A derived table's rows by run and step, as the detector reads them (`detector_frame`)."""
+    frame = detector_frame(table)
     frame["run_id"] = frame["run_id"].astype(str)  # step_metrics' categories come back as such, in no set order
     return frame.sort_values(["run_id", "step"]).reset_index(drop=True)
 

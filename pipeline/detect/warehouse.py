@@ -64,7 +64,7 @@ def _arrow(con, warehouse: str | Path, table: str, run_ids: list[str] | None, qu
     return None if source is None else con.sql(query.format(source=source), params=params).to_arrow_table()
 
 
-def _frame(data: pa.Table) -> pd.DataFrame:
+def detector_frame(data: pa.Table) -> pd.DataFrame:
     """Arrow to pandas without the list and map columns (step_health's nan_keys, verl_values): the
     detector reads none, and turning them into Python objects row by row was most of a read."""
     return data.drop_columns([f.name for f in data.schema if pa.types.is_nested(f.type)]).to_pandas()
@@ -74,7 +74,14 @@ def read_table(con, warehouse: str | Path, table: str, run_ids: list[str] | None
     """A per-step table of the warehouse for the runs (all when None), by run and step, without its
     list and map columns; empty if absent. `con`: any DuckDB connection (it reads the files itself)."""
     data = _arrow(con, warehouse, table, run_ids, "select * from {source} order by run_id, step")
-    return pd.DataFrame() if data is None else _frame(data)
+    return pd.DataFrame() if data is None else detector_frame(data)
+
+
+def _step_frames(con, warehouse: str | Path, run_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The runs' step_phases and step_health rows (their run and step alone where they have no step_health)."""
+    phases = read_table(con, warehouse, "step_phases", run_ids)
+    health = read_table(con, warehouse, "step_health", run_ids)
+    return phases, health if not health.empty else phases[["run_id", "step"]]
 
 
 def read_metrics(con, warehouse: str | Path, run_ids: list[str]) -> pd.DataFrame | None:
@@ -130,9 +137,7 @@ def fit_anomaly_model(warehouse: str | Path, config: AnomalyModelConfig | None =
         baseline = fleet_baseline_for(list(counts.index), groups, table)
         parts, steps = [], []
         for ids in chunks:
-            phases = read_table(con, warehouse, "step_phases", ids)
-            health = read_table(con, warehouse, "step_health", ids)
-            health = health if not health.empty else phases[["run_id", "step"]]
+            phases, health = _step_frames(con, warehouse, ids)
             features = build_features(phases, health, baseline, read_metrics(con, warehouse, ids))
             parts.append(training_rows(features))
             steps += [int(phases["step"].min()), int(phases["step"].max())]
@@ -256,9 +261,7 @@ def score_runs(warehouse: str | Path, run_ids) -> int:
         if model is not None and model.fleet_baseline is not None:
             baseline = fleet_baseline_for(run_ids, read_config_groups(con, warehouse), model.fleet_baseline)
         for ids in chunks_of(step_counts(con, warehouse, run_ids)):
-            phases = read_table(con, warehouse, "step_phases", ids)
-            health = read_table(con, warehouse, "step_health", ids)
-            health = health if not health.empty else phases[["run_id", "step"]]
+            phases, health = _step_frames(con, warehouse, ids)
             result = score_frame(phases, health, model, baseline, metrics=read_metrics(con, warehouse, ids))
             _write_partitions(warehouse, result, ids)
             flagged += int(result["is_anomaly"].sum())
