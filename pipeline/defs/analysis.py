@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +72,22 @@ def _stages(runs: int, unchanged: int, mail: bool) -> dict[str, str]:
             tables.MODEL: "fitting the anomaly model on the fleet",
             "step_anomalies": "scoring anomalous steps and writing the run reports",
             "fleet_report": "writing the fleet report" + (" and mailing it" if mail else "")}
+
+
+@contextmanager
+def sigterm_kept() -> Iterator[None]:
+    """Put SIGTERM's action back as it was once the block ends. An in-process Dagster run in the main thread
+    leaves SIGTERM with SIGINT's action, which is "ignore" in a process started as a background job; that
+    process and all it starts afterwards then ignore SIGTERM, and Dagster, which stops each step's compute-log
+    `tail` processes with SIGTERM, waits 30 s for each of them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, kept)
 
 
 def progress_logger(say: Callable[[str], None], stages: dict[str, str]) -> LoggerDefinition:
@@ -160,10 +179,11 @@ def analyze_archive(
         loggers = {**default_loggers(), "progress": progress_logger(told, stages)}
         job = Definitions(assets=ASSETS, asset_checks=ASSET_CHECKS, jobs=[analyze_batch], resources=resources,
                           loggers=loggers).resolve_job_def(analyze_batch.name)
-        job.execute_in_process(
-            instance=instance, tags=tags, run_config=RUN_LOGS,
-            asset_selection=[AssetKey(a) for a in batch_selection(bool(part), rebuild_fleet, fit and k == 0,
-                                                                  mail and last)])
+        with sigterm_kept():
+            job.execute_in_process(
+                instance=instance, tags=tags, run_config=RUN_LOGS,
+                asset_selection=[AssetKey(a) for a in batch_selection(bool(part), rebuild_fleet, fit and k == 0,
+                                                                      mail and last)])
     refresh_catalog(warehouse)
     fleet_path = Path(reports) / "fleet" / f"{day.isoformat()}.html"
     return ArchiveOutcome(
