@@ -3,6 +3,7 @@ and the fleet report's, SVG on the page and PNG in its mail."""
 
 from __future__ import annotations
 
+import math
 import re
 import xml.etree.ElementTree as ET
 
@@ -313,3 +314,15 @@ def test_the_page_weekly_chart_leaves_room_between_its_date_labels():
     xs = sorted(float(t.get("x")) for t in named)
     # 10 characters of 11 px text are about 64 px wide: centres closer than 70 px make the dates run together
     assert len(xs) >= 5 and min(np.diff(xs)) >= 70
+
+
+def test_fleet_chart_same_for_the_last_bit_of_a_sum():
+    """Two analyses sum a group's phase shares in another order (parallel SQL aggregates): 1.0, or a bit over.
+    The chart must not change its axis for that (it went from 20 % steps to 25 % steps)."""
+    over = math.nextafter(1.0, 2.0)
+    gens = (0.5, 0.5 + (over - 1.0))
+    assert [g + 0.3 + 0.2 for g in gens] == [1.0, over]
+    svgs = [str(fleet_charts.share_bars([("qwen-7b grpo", {"gen": g, "old_log_prob": 0.3, "update_actor": 0.2})]).svg)
+            for g in gens]
+    assert svgs[0] == svgs[1]
+    assert charts.nice_ticks(0, over, 5) == charts.nice_ticks(0, 1.0, 5) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]

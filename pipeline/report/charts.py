@@ -169,7 +169,8 @@ def nice_ticks(lo: float, hi: float, n: int = 4) -> list[float]:
         return []
     if hi <= lo:
         lo, hi = lo - (abs(lo) or 1) * 0.1, hi + (abs(hi) or 1) * 0.1
-    raw = (hi - lo) / max(n, 1)
+    # a range a few bits wider than a round one (a sum added up in another order) keeps the round one's ticks
+    raw = (hi - lo) / max(n, 1) * (1 - 1e-9)
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     first = math.floor(lo / step + 1e-9) * step

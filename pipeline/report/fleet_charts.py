@@ -135,7 +135,7 @@ def _share_bars_svg(groups: list[tuple[str, dict[str, float]]], phases: list[str
     heights = [max(ROW_H, LINE_H * len(lines) + 8) for lines in labels]
     plot_bottom = top + sum(heights)
     out = [svg_text(4, 16, "Share of step time by phase, per config group", "t"),
-           *_x_grid([t for t in nice_ticks(0, total, 5) if t <= total], x0, scale, top, plot_bottom,
+           *_x_grid([t for t in nice_ticks(0, total, 5) if t <= total * (1 + 1e-9)], x0, scale, top, plot_bottom,
                     lambda t: f"{t:.0%}")]
     y = top
     for (group, shares), lines, h in zip(groups, labels, heights, strict=True):
