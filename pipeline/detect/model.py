@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:
-    from sklearn.ensemble import IsolationForest
-
+from pipeline.detect.forest import ForestArrays
 from pipeline.detect.rules import Rule, apply_rules, load_rules
 from pipeline.detect.signals import SIGNAL_FEATURES
 
-MODEL_VERSION = "2.0"
+MODEL_VERSION = "2.1"
 MODEL_FEATURES = SIGNAL_FEATURES
 Z_CLIP = 30.0
 MIN_FIT_STEPS = 32  # fewer judged steps than this: no forest (the rules decide alone)
@@ -58,9 +55,10 @@ class AnomalyModelConfig:
 
 @dataclass
 class FittedModel:
-    """The forest with what it was fitted with: its input floor, gate, typical score, thresholds, fleet baseline."""
+    """The forest (as arrays: scoring needs no scikit-learn) with what it was fitted with: its input floor, gate,
+    typical score, thresholds, fleet baseline."""
 
-    forest: IsolationForest | None
+    forest: ForestArrays | None
     features: tuple[str, ...]
     floor: np.ndarray
     gate: float
@@ -131,7 +129,7 @@ def fit_training_rows(rows: pd.DataFrame, config: AnomalyModelConfig | None = No
     floor = np.median(x, axis=0)
     x = np.maximum(x, floor)
     # fitted as "auto", which leaves the training steps unscored: with a share, sklearn's fit scores them
-    # for its offset and the typical score needs them again; scored once here, the offset set as sklearn sets it
+    # for its offset and the typical score needs them again; scored once here, the gate is sklearn's offset
     from sklearn.ensemble import IsolationForest
 
     forest = IsolationForest(
@@ -140,7 +138,7 @@ def fit_training_rows(rows: pd.DataFrame, config: AnomalyModelConfig | None = No
         max_samples=min(config.max_samples, len(x)),
         random_state=config.random_state,
     ).fit(x)
-    scores = forest.score_samples(x)
-    forest.set_params(contamination=config.contamination)
-    forest.offset_ = np.percentile(scores, 100.0 * config.contamination)
-    return FittedModel(forest, MODEL_FEATURES, floor, float(-forest.offset_), float(np.median(-scores)), th)
+    arrays = ForestArrays.of(forest)
+    scores = arrays.score_samples(x)
+    offset = np.percentile(scores, 100.0 * config.contamination)
+    return FittedModel(arrays, MODEL_FEATURES, floor, float(-offset), float(np.median(-scores)), th)

@@ -11,7 +11,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import joblib
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -149,8 +148,8 @@ def fit_anomaly_model(warehouse: str | Path, config: AnomalyModelConfig | None =
 
     path, meta_path = model_paths(warehouse)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # the C pickler: joblib's own writes the forest's thousands of small objects in Python, 6x slower;
-    # joblib.load reads both
+    # a plain pickle (joblib.load reads it too): the model is numpy arrays and a frame, so loading it to score
+    # a run imports neither joblib nor scikit-learn
     path.write_bytes(pickle.dumps(fitted, protocol=pickle.HIGHEST_PROTOCOL))
     run_ids = list(counts.index)
     training = {
@@ -196,7 +195,7 @@ def load_model(warehouse: str | Path) -> FittedModel | None:
     that cannot be read)."""
     path, _ = model_paths(warehouse)
     try:
-        model = joblib.load(path) if path.exists() else None
+        model = pickle.loads(path.read_bytes()) if path.exists() else None
     except Exception:  # noqa: BLE001 - a damaged pickle raises whatever its bytes make the unpickler do
         model = None
     return model if isinstance(model, FittedModel) and hasattr(model, "floor") else None
@@ -204,12 +203,15 @@ def load_model(warehouse: str | Path) -> FittedModel | None:
 
 def discard_damaged_model(warehouse: str | Path) -> bool:
     """Remove a stored model whose file no longer has the fingerprint its description recorded (cut short,
-    overwritten), or whose description cannot be read, so that it is fitted again; True when one was removed."""
+    overwritten), whose description cannot be read, or of another model version (MODEL_VERSION), so that it is
+    fitted again; True when one was removed."""
     path, meta_path = model_paths(warehouse)
     if not path.exists() and not meta_path.exists():
         return False
     try:
-        intact = hashlib.sha256(path.read_bytes()).hexdigest()[:16] == json.loads(meta_path.read_text())["fingerprint"]
+        meta = json.loads(meta_path.read_text())
+        intact = (hashlib.sha256(path.read_bytes()).hexdigest()[:16] == meta["fingerprint"]
+                  and meta["model_version"] == MODEL_VERSION)
     except (OSError, ValueError, KeyError, TypeError):
         intact = False
     if not intact:
