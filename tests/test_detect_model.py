@@ -19,8 +19,8 @@ from pipeline.detect import (
     score_frame,
 )
 from pipeline.detect.drivers import peak_drivers, signal_arrays
-from pipeline.detect.model import FittedModel, judged_steps, model_matrix
-from pipeline.detect.warehouse import fit_anomaly_model, score_runs
+from pipeline.detect.model import MODEL_VERSION, FittedModel, judged_steps, model_matrix
+from pipeline.detect.warehouse import discard_damaged_model, fit_anomaly_model, load_model, score_runs
 from pipeline.lake import connect, write_run_table
 from tests.detect_runs import extra_signals, make_run, to_metrics
 
@@ -282,6 +282,11 @@ def test_fit_and_score_through_the_warehouse_read_every_logged_signal(tmp_path):
     assert other["step"].between(59, 67).all() and len(other) >= 5
     assert json.loads(other["drivers"].iloc[0])[0]["family"] == "critic"
     assert rows.loc[~rows["is_anomaly"], "drivers"].isna().all()
+    # a model stored by another model version is discarded, to be fitted again
+    assert load_model(tmp_path) is not None and not discard_damaged_model(tmp_path)
+    meta = info.meta_path.read_text()
+    info.meta_path.write_text(meta.replace(f'"model_version": "{MODEL_VERSION}"', '"model_version": "2.0"'))
+    assert discard_damaged_model(tmp_path) and load_model(tmp_path) is None and not info.meta_path.exists()
 
 
 def test_routine_gradient_spikes_are_not_an_explosion_a_sustained_rise_is():
