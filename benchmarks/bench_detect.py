@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, os.environ.get("BENCH_DETECT_TREE", str(ROOT)))
 
 from lab.evaluate import simulated_fleet  # noqa: E402
+from lab.scoring import score_predictions  # noqa: E402
 from lab.simulate.unnamed import TUNED_KINDS, UNNAMED_KINDS  # noqa: E402
 from pipeline.detect import AnomalyModelConfig, build_features, fit_model, score_frame  # noqa: E402
-from pipeline.detect.scoring import score_predictions  # noqa: E402
 
 
 def fleet_frames(steps: int, runs: int, seed: int, kinds: tuple[str, ...]):

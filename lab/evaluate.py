@@ -17,6 +17,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from lab.real_logs import DEFAULT_DIR, RealLogs, load_healthy
+from lab.scoring import Scores, score_predictions
 from lab.simulate.metric_keys import validation_keys
 from lab.simulate.unnamed import TUNED_KINDS, UNNAMED_KINDS, add_unnamed_episodes
 from lab.simulate.vocab import ANOMALY_CLASSES
@@ -25,7 +26,6 @@ from pipeline.detect.decide import decide
 from pipeline.detect.features import build_features
 from pipeline.detect.model import AnomalyModelConfig, FittedModel, fit_model
 from pipeline.detect.rules import load_rules
-from pipeline.detect.scoring import Scores, score_predictions
 from pipeline.detect.step_anomalies import score_frame
 from pipeline.detect.warehouse import detector_frame
 
