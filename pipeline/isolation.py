@@ -62,11 +62,13 @@ def problem(step: str, error: str) -> str:
     return f"{NOT_ANALYSED}: {step} failed: {first}"
 
 
-def _read_partition(warehouse: str | Path, table: str, run_id: str) -> pa.Table | None:
+def _read_partition(warehouse: str | Path, table: str, run_id: str, columns: list[str] | None = None) -> pa.Table | None:
+    """A run's partition of `table` (only `columns`, when given), or None when it is missing, unreadable or lacks
+    one of `columns`."""
     folder = lake.run_partition_dir(warehouse, table, run_id)
     files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
     try:
-        return pa.concat_tables([pq.read_table(f) for f in files]) if files else None
+        return pa.concat_tables([pq.read_table(f, columns=columns) for f in files]) if files else None
     except (OSError, pa.ArrowException):
         return None
 
@@ -113,8 +115,8 @@ def not_analysed(warehouse: str | Path, run_ids: Sequence[str]) -> dict[str, lis
     """The runs of `run_ids` marked as not analysed, with their problems saying why."""
     out = {}
     for run_id in run_ids:
-        runs = _read_partition(warehouse, "runs", run_id)
-        if runs is None or "problems" not in runs.column_names:
+        runs = _read_partition(warehouse, "runs", run_id, ["problems"])
+        if runs is None:
             continue
         marked = [p for row in runs.column("problems").to_pylist() for p in (row or []) if p.startswith(NOT_ANALYSED)]
         if marked:

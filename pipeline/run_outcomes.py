@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from pipeline.lake import connect
+from pipeline import lake
+from pipeline.lake import connect, reader
 
 
 def _summaries(warehouse: str | Path, run_ids: list[str]) -> list[dict]:
@@ -31,8 +32,15 @@ def outcome_counts(warehouse: str | Path, run_ids: list[str]) -> dict[str, int]:
     """How the runs ended, in the words of their reports, most frequent first: {'CUDA OOM': 2, ...}."""
     from pipeline.report.labels import outcome_label
 
-    ended = Counter(outcome_label(s["failure_class"], s.get("failure_detail")) for s in _summaries(warehouse, run_ids))
-    return dict(ended.most_common())
+    # two columns of the one-file copy of every run's row (lake.fleet_input_source, brought up to date with the
+    # partitions): every column of 2,000 partitions, with the episodes, took 9 s and 760 MB, the partitions 550 MB
+    src = lake.fleet_input_source(warehouse, "run_summary") if run_ids else None
+    if src is None:
+        return {}
+    with reader(warehouse, only=()) as con:
+        rows = con.execute(f"select failure_class, failure_detail from {src} where run_id in (select unnest($r))",
+                           {"r": run_ids}).fetchall()
+    return dict(Counter(outcome_label(cls, detail) for cls, detail in rows).most_common())
 
 
 def verdict(warehouse: str | Path, run_id: str) -> str:
