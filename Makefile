@@ -19,7 +19,7 @@ demo: $(STAMP)
 
 # two workers, each test file on one of them (module fixtures stay whole): 6.1 -> 4.0 min on 2 cores
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline lab tests benchmarks
