@@ -135,7 +135,8 @@ def s3_server(folder: Path, buckets: tuple[str, ...] = ()) -> Iterator[str]:
             *[f"-{name}.port={port}" for name, port in ports.items()],
             *[f"-{name}.port.grpc={port}" for name, port in grpc.items()]]
     endpoint = f"http://127.0.0.1:{ports['s3']}"
-    with service(args, folder / "weed.log", lambda: _s3_answers(endpoint, buckets)):
+    # its data is the test's own: killed at once (on SIGTERM it takes 15 s to shut down its master, volume and filer)
+    with service(args, folder / "weed.log", lambda: _s3_answers(endpoint, buckets), stop_signal=signal.SIGKILL):
         yield endpoint
 
 
