@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from pipeline import lake
-from pipeline.lake import connect, reader
+from pipeline.lake import connect, fleet_input_source, reader
 
 
 def _summaries(warehouse: str | Path, run_ids: list[str]) -> list[dict]:
@@ -32,9 +31,9 @@ def outcome_counts(warehouse: str | Path, run_ids: list[str]) -> dict[str, int]:
     """How the runs ended, in the words of their reports, most frequent first: {'CUDA OOM': 2, ...}."""
     from pipeline.report.labels import outcome_label
 
-    # two columns of the one-file copy of every run's row (lake.fleet_input_source, brought up to date with the
+    # two columns of the one-file copy of every run's row (fleet_input_source, brought up to date with the
     # partitions): every column of 2,000 partitions, with the episodes, took 9 s and 760 MB, the partitions 550 MB
-    src = lake.fleet_input_source(warehouse, "run_summary") if run_ids else None
+    src = fleet_input_source(warehouse, "run_summary") if run_ids else None
     if src is None:
         return {}
     with reader(warehouse, only=()) as con:

@@ -16,8 +16,8 @@ import numpy as np
 @dataclass(frozen=True)
 class ForestArrays:
     """Each tree's nodes (split feature, threshold, children as (left, right) pairs in one array; a leaf is its
-    own child) and per-node path length (depth plus the average path length of the leaf's training samples), with the forest's
-    denominator (trees x the average path length of `max_samples`)."""
+    own child) and per-node path length (depth plus the average path length of the leaf's training samples),
+    with the forest's denominator (trees x the average path length of `max_samples`)."""
 
     feature: tuple[np.ndarray, ...]
     threshold: tuple[np.ndarray, ...]
@@ -57,10 +57,11 @@ class ForestArrays:
         if not np.isfinite(x).all():
             raise ValueError("the forest scores finite inputs only (model_matrix makes them so)")
         rows = len(x)
+        whole = x.ravel(), np.arange(rows) * x.shape[1]  # every tree that reads all columns reads these
         depths = np.zeros(rows)
         for k in range(len(self.feature)):
-            xs = x if self.columns[k] is None else x[:, self.columns[k]]
-            values, starts = np.ascontiguousarray(xs).ravel(), np.arange(rows) * xs.shape[1]
+            columns = self.columns[k]
+            values, starts = whole if columns is None else (x[:, columns].ravel(), np.arange(rows) * len(columns))
             feature, threshold, children = self.feature[k], self.threshold[k], self.children[k]
             node = np.zeros(rows, dtype=np.intp)
             for _ in range(self.depth[k]):
