@@ -70,8 +70,7 @@ def trace_frames(traces) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     writes those tables (`derive.query_frames`), plus the traces' labels."""
     metrics = _concat_metrics([trace_metrics(tr) for tr in traces])
     metrics = metrics.assign(source="console", file="", line_no=np.int64(0))
-    run_ids = [tr.spec.run_id for tr in traces]
-    phases, health = (_frame(query_frames(name, {"step_metrics": metrics}, run_ids))
+    phases, health = (_frame(query_frames(name, {"step_metrics": metrics}))
                       for name in ("step_phases", "step_health"))
     labels = {tr.spec.run_id: {
         "failure_class": tr.spec.failure_class,

@@ -1,10 +1,8 @@
 """Derive layer: runs `sql/<table>.sql` in DuckDB over the lake and writes the derived tables.
 
-Per-run tables are restricted to the requested runs through a bound `$run_ids` parameter and written
-as hive partitions; fleet tables are recomputed whole. No value is ever formatted into SQL text.
-The SQL files filter with `run_id in (select unnest($run_ids))`, a semi-join: DuckDB prunes a
-`list_contains($run_ids, run_id)` filter file by file while planning, which grows with files x runs
-(50 ms per scan of a 230-run batch, 0.9 s of run_summary's planning; a quarter of derive's time there).
+Per-run tables are derived over views that hold only the requested runs' partitions (`_connect`), so a
+per-run SQL file reads its inputs whole and filters by no run; fleet tables are recomputed whole. No value
+is ever formatted into SQL text: thresholds and vocabularies are bound parameters.
 """
 
 from __future__ import annotations
@@ -112,10 +110,9 @@ def default_thresholds() -> dict[str, dict[str, float]]:
     return {table: dict(values) for table, values in _thresholds_file().items()}
 
 
-def _params(name: str, run_ids: list[str] | None, thresholds: Mapping[str, Mapping[str, float]] | None) -> dict:
-    """The bound parameters of `sql/<name>.sql`: the run ids (none for a fleet table), and its thresholds if it
-    has any."""
-    params: dict = {} if run_ids is None else {"run_ids": run_ids}
+def _params(name: str, thresholds: Mapping[str, Mapping[str, float]] | None = None) -> dict:
+    """The bound parameters of `sql/<name>.sql`: its thresholds if it has any, its rules and vocabularies."""
+    params: dict = {}
     defaults = _thresholds_file().get(name)
     overrides = dict((thresholds or {}).get(name) or {})
     unknown = set(overrides) - set(defaults or {})
@@ -201,7 +198,7 @@ def _refresh_view(con: duckdb.DuckDBPyConnection, warehouse: str | Path, table: 
 
 
 def _query_into(
-    con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str, params: dict, staging: Path
+    con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str, params: dict, run_ids: list[str], staging: Path
 ) -> tuple[int, set[str]]:
     """Run `sql/<name>.sql` into `staging`, one folder per run; returns the rows and the runs written.
 
@@ -210,18 +207,20 @@ def _query_into(
     """
     for attempt in range(1, READ_ATTEMPTS):
         try:
-            return _write_query(con, name, params, staging)
+            return _write_query(con, name, params, run_ids, staging)
         except duckdb.Error as exc:
             if not any(s in str(exc) for s in _SWAPPED_UNDER_READER):
                 raise
         shutil.rmtree(staging, ignore_errors=True)
         for table in tables.table(name).reads:
-            _refresh_view(con, warehouse, table, params["run_ids"])
+            _refresh_view(con, warehouse, table, run_ids)
         time.sleep(0.05 * attempt)
-    return _write_query(con, name, params, staging)
+    return _write_query(con, name, params, run_ids, staging)
 
 
-def _write_query(con: duckdb.DuckDBPyConnection, name: str, params: dict, staging: Path) -> tuple[int, set[str]]:
+def _write_query(
+    con: duckdb.DuckDBPyConnection, name: str, params: dict, run_ids: list[str], staging: Path
+) -> tuple[int, set[str]]:
     """One COPY of the query's rows into a folder per run: the rows of the runs asked for, and those that got a file.
 
     The count is DuckDB's (RETURN_FILES costs nothing; RETURN_STATS would double the write's CPU).
@@ -232,8 +231,8 @@ def _write_query(con: duckdb.DuckDBPyConnection, name: str, params: dict, stagin
         params,
     ).fetchone()
     run_of = {Path(f): Path(f).parent.name.split("=", 1)[1] for f in files}
-    asked = set(params["run_ids"])
-    # rows of a run not asked for are not kept, so not counted (a query restricted to $run_ids has none)
+    asked = set(run_ids)
+    # rows of a run not asked for are not kept, so not counted (the views of the runs asked for give none)
     count -= sum(pq.ParquetFile(f).metadata.num_rows for f, run in run_of.items() if run not in asked)
     return count, asked & set(run_of.values())
 
@@ -266,9 +265,9 @@ def _run_table(
     of the table then reads the new partitions.
     """
     run_ids = [lake.check_run_id(r) for r in run_ids]
-    params = _params(name, run_ids, thresholds)
+    params = _params(name, thresholds)
     with lake.staged_run_partitions(warehouse, name, run_ids) as staging:
-        rows, written = _query_into(con, warehouse, name, params, staging)
+        rows, written = _query_into(con, warehouse, name, params, run_ids, staging)
         empty = None
         for rid in run_ids:
             if rid not in written:
@@ -281,9 +280,9 @@ def _run_table(
     return rows
 
 
-def query_frames(name: str, frames: Mapping[str, object], run_ids: list[str]) -> pa.Table:
-    """The rows `sql/<name>.sql` gives over in-memory tables (`frames`: table name -> a pandas or Arrow table)
-    for `run_ids`, each other table it reads stood in empty: the columns derive writes, for data that is not
+def query_frames(name: str, frames: Mapping[str, object]) -> pa.Table:
+    """The rows `sql/<name>.sql` gives over in-memory tables (`frames`: table name -> a pandas or Arrow table),
+    each other table it reads stood in empty: the columns derive writes, for data that is not
     in a warehouse (the lab grades the detector on the simulator's traces through this)."""
     with lake.open_database() as con:
         con.execute(sql_macro())
@@ -293,7 +292,7 @@ def query_frames(name: str, frames: Mapping[str, object], run_ids: list[str]) ->
                 con.register(table, frames[table])
             else:
                 con.execute(f"create temp table {table} ({tables.table(table).stand_in})")
-        return con.sql(sql_text(name), params=_params(name, run_ids, None)).to_arrow_table()
+        return con.sql(sql_text(name), params=_params(name)).to_arrow_table()
 
 
 def derive_run_table(
@@ -348,7 +347,7 @@ def derive_run_tables(
 def _fleet_table(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str) -> int:
     if name == ERROR_TEMPLATES:  # its SQL reads what Drain3 mined from the messages
         register_line_templates(con)
-    params = _params(name, None, None)
+    params = _params(name)
     data = con.sql(masked_sql(con, name, params), params=params).to_arrow_table()
     lake.write_fleet_table(warehouse, name, data)
     _refresh_view(con, warehouse, name)

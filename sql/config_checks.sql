@@ -1,6 +1,6 @@
 -- One row per setting check a run's config fails: batch sizes that do not divide each other or the GPUs, a
 -- disabled grad clip, a wide PPO clip ratio, no KL regularisation; with the setting it names and the message.
--- config_findings adds each one's evidence line. Bound parameters: $run_ids VARCHAR[], $thresholds STRUCT
+-- config_findings adds each one's evidence line. Bound parameters: $thresholds STRUCT
 -- (pipeline/knowledge/derive_thresholds.toml).
 with params as (
     select unnest($thresholds)
@@ -8,7 +8,6 @@ with params as (
 run as (
     select *, coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1) as n_gpus
     from runs
-    where run_id in (select unnest($run_ids))
 ),
 batch_checks(finding, severity, setting) as (
     values

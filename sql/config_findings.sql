@@ -1,25 +1,17 @@
 -- Configuration problems the seed articles check by hand, one row per finding with its evidence line.
--- Bound parameters: $run_ids VARCHAR[], $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
+-- Bound parameters: $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
 with params as (
     select unnest($thresholds)
 ),
 run as (
     select *, coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1) as n_gpus
     from runs
-    where run_id in (select unnest($run_ids))
-),
--- not materialized: each use reads only the rows it needs from Parquet (a 300 MB log's lines held once
--- in memory would spill to disk)
-lines as not materialized (
-    select run_id, file, line_no, kind, pid, step, text
-    from log_lines
-    where run_id in (select unnest($run_ids))
 ),
 picked as materialized (
     -- every line the checks below read by its text (config lines, memory lines, what the rollout engine
     -- printed of its settings), in one scan of the text: each scan of a 300 MB log's text costs ~0.5 s
     select run_id, file, line_no, kind, pid, step, text
-    from lines
+    from log_lines
     where case kind when 'config' then true when 'memory' then contains(text, 'memory allocated (GB)')
                     else contains(text, 'tensor_parallel_size') or contains(text, 'kwargs: {') end
 ),
@@ -75,50 +67,40 @@ memory_imbalance as (
       and m.max_gb - m.min_gb > p.imbalance_gb
       and m.max_gb - m.min_gb > p.imbalance_ratio * m.max_gb
 ),
-logged_tp as (
-    -- what the rollout engine was actually started with (vLLM server args / engine config)
+logged_rollout as (
+    -- what the rollout ran with, where the log prints it: the engine's tensor parallel size (vLLM server args /
+    -- engine config; `\b` keeps out Megatron's expert_tensor_parallel_size, which is the trainer's, not the
+    -- rollout's), and the `n` of the sampling kwargs the old sync rollout prints
     select
         l.run_id, l.file, l.line_no, l.text,
-        try_cast(regexp_extract(l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?(\d+)', 1) as bigint) as tp
+        try_cast(regexp_extract(l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?(\d+)', 1) as bigint) as tp,
+        case when regexp_matches(l.text, 'kwargs: \{.*[''"]n[''"]:\s*\d+')
+             then try_cast(regexp_extract(l.text, '[''"]n[''"]:\s*(\d+)', 1) as bigint) end as n
     from picked as l
-    -- `\b` keeps out Megatron's expert_tensor_parallel_size, which is the trainer's, not the rollout's
-    where l.kind <> 'config' and regexp_matches(l.text, '\btensor_parallel_size[''"]?\s*[,:=]\s*[''"]?\d+')
+    where l.kind <> 'config'
 ),
-tp_mismatch as (
+rollout_mismatch as (
     select
-        t.run_id, 'rollout_tp_mismatch', 'warning',
-        format('Config asks rollout tensor_model_parallel_size={} but the rollout engine started with {}.',
-               r.rollout_tp, t.tp),
-        t.file, t.line_no, t.text,
-        row_number() over (partition by t.run_id order by t.line_no) as rank
-    from logged_tp as t
+        g.run_id, m.finding, 'warning' as severity, m.message, g.file, g.line_no, g.text,
+        row_number() over (partition by g.run_id, m.finding order by g.line_no) as rank
+    from logged_rollout as g
     join run as r using (run_id)
-    where r.rollout_tp is not null and t.tp is not null and t.tp <> r.rollout_tp
-),
-logged_n as (
-    -- the old sync rollout prints its sampling kwargs, whose `n` is the rollout n it samples with
-    select
-        l.run_id, l.file, l.line_no, l.text,
-        try_cast(regexp_extract(l.text, '[''"]n[''"]:\s*(\d+)', 1) as bigint) as n
-    from picked as l
-    where l.kind <> 'config' and regexp_matches(l.text, 'kwargs: \{.*[''"]n[''"]:\s*\d+')
-),
-n_mismatch as (
-    select
-        g.run_id, 'rollout_n_mismatch', 'warning',
-        format('Config asks rollout n={} but the rollout sampled with n={}.', r.rollout_n, g.n),
-        g.file, g.line_no, g.text,
-        row_number() over (partition by g.run_id order by g.line_no) as rank
-    from logged_n as g
-    join run as r using (run_id)
-    -- verl from v0.5 repeats each prompt n times and samples with n=1, so only n > 1 can disagree
-    where r.rollout_n is not null and g.n > 1 and g.n <> r.rollout_n
+    cross join lateral (
+        select 'rollout_tp_mismatch' as finding,
+               format('Config asks rollout tensor_model_parallel_size={} but the rollout engine started with {}.',
+                      r.rollout_tp, g.tp) as message
+        where g.tp <> r.rollout_tp
+        union all
+        -- verl from v0.5 repeats each prompt n times and samples with n=1, so only n > 1 can disagree
+        select 'rollout_n_mismatch', format('Config asks rollout n={} but the rollout sampled with n={}.', r.rollout_n, g.n)
+        where g.n > 1 and g.n <> r.rollout_n
+    ) as m
 ),
 oom_runs as (
     select run_id, min(line_no) as line_no, arg_min(file, (line_no, file)) as file,
            arg_min(message, (line_no, file)) as text
     from run_events
-    where run_id in (select unnest($run_ids)) and event_class = 'cuda_oom'
+    where event_class = 'cuda_oom'
     group by all
 ),
 gmu_high as (
@@ -140,7 +122,6 @@ config_checked as (
     select f.run_id, f.finding, f.severity, f.message, c.file, c.line_no, c.text
     from config_checks as f
     left join config_line as c on c.run_id = f.run_id and c.setting = f.setting
-    where f.run_id in (select unnest($run_ids))
 ),
 step_signals(finding, severity, key, threshold_name, advice) as (
     values
@@ -163,7 +144,7 @@ signal_hits as (
     from step_metrics as m
     join step_signals as s on s.key = m.key
     join thresholds as t using (threshold_name)
-    where m.run_id in (select unnest($run_ids)) and isfinite(m.value) and m.value > t.threshold
+    where isfinite(m.value) and m.value > t.threshold
 ),
 mem_fraction_hits as (
     select
@@ -176,11 +157,11 @@ mem_fraction_hits as (
         h.step
     from step_health as h
     cross join params as p
-    where h.run_id in (select unnest($run_ids)) and h.mem_fraction > p.mem_fraction_oom_risk
+    where h.mem_fraction > p.mem_fraction_oom_risk
 ),
 step_line as (
     select distinct run_id, step, file, line_no from step_metrics
-    where run_id in (select unnest($run_ids)) and key in ('timing_s/step', 'training/global_step')
+    where key in ('timing_s/step', 'training/global_step')
 ),
 warning_findings(event_class, finding, severity, message) as (
     values
@@ -198,7 +179,6 @@ event_findings as (
         row_number() over (partition by e.run_id, w.finding order by e.line_no, e.file) as rank
     from run_events as e
     join warning_findings as w using (event_class)
-    where e.run_id in (select unnest($run_ids))
 ),
 nothing_saved as (
     -- a run that failed with no checkpoint lost every step it took; save_freq (-1, or beyond the steps it
@@ -212,8 +192,7 @@ nothing_saved as (
         c.file, c.line_no, c.text
     from run_summary as s
     left join (select * from config_line where setting = 'save_freq') as c using (run_id)
-    where s.run_id in (select unnest($run_ids))
-      and s.failure_class not in ('completed', 'no_outcome', 'interrupted')
+    where s.failure_class not in ('completed', 'no_outcome', 'interrupted')
       and s.last_checkpoint_step is null and s.steps_lost > 0
 ),
 all_findings as (
@@ -221,9 +200,7 @@ all_findings as (
     union all
     select * from nothing_saved
     union all
-    select * exclude (rank) from tp_mismatch where rank = 1
-    union all
-    select * exclude (rank) from n_mismatch where rank = 1
+    select * exclude (rank) from rollout_mismatch where rank = 1
     union all
     select * exclude (rank) from gmu_high
     union all
@@ -231,13 +208,13 @@ all_findings as (
     union all
     select s.run_id, s.finding, s.severity, s.message, s.file, s.line_no, l.text
     from signal_hits as s
-    left join lines as l using (run_id, file, line_no)
+    left join log_lines as l using (run_id, file, line_no)
     where s.rank = 1
     union all
     select h.run_id, h.finding, h.severity, h.message, sl.file, sl.line_no, l.text
     from mem_fraction_hits as h
     left join step_line as sl using (run_id, step)
-    left join lines as l on l.run_id = sl.run_id and l.file = sl.file and l.line_no = sl.line_no
+    left join log_lines as l on l.run_id = sl.run_id and l.file = sl.file and l.line_no = sl.line_no
     where h.rank = 1
     union all
     select * exclude (rank) from event_findings where rank = 1

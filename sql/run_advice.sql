@@ -2,7 +2,7 @@
 -- per anomaly episode of step_anomalies, each configuration or environment change to try, from the run's own
 -- value, or a check (what to look at) where no change follows. A rule applies only where the run has what it
 -- names: its roles (a critic, a reference policy), its rollout engine, its device.
--- Bound parameters: $run_ids VARCHAR[], $rules STRUCT[] (pipeline/knowledge/run_advice.toml), $config_keys
+-- Bound parameters: $rules STRUCT[] (pipeline/knowledge/run_advice.toml), $config_keys
 -- VARCHAR[] (every config key it reads) and $config_paths VARCHAR[] (their JSON paths).
 with rule as (
     select unnest($rules, recursive := true)
@@ -15,7 +15,6 @@ run as (
            map($config_keys, coalesce(json_extract_string(config_json, $config_paths),
                                       list_transform($config_keys, lambda k: null::varchar))) as config
     from run_summary
-    where run_id in (select unnest($run_ids))
 ),
 seen as (
     -- what the log itself says about the device and the rollout engine (a run without a config dump)
@@ -26,21 +25,18 @@ seen as (
         count(*) filter (where text ilike '%sglang%') as sglang_lines,
         count(*) filter (where text ilike '%vllm%') as vllm_lines
     from log_lines
-    where run_id in (select unnest($run_ids))
     group by all
 ),
 logged as (
     -- the roles the run's own metrics and timers show
     select run_id, bool_or(vf_loss is not null) as critic_metrics, bool_or(kl_loss is not null) as ref_metrics
     from step_health
-    where run_id in (select unnest($run_ids))
     group by all
 ),
 timed as (
     select run_id, bool_or(update_critic is not null or "values" is not null) as critic_timed,
            bool_or(ref is not null) as ref_timed
     from step_phases
-    where run_id in (select unnest($run_ids))
     group by all
 ),
 facts as (
@@ -70,7 +66,6 @@ facts as (
 findings as (
     select run_id, list(distinct finding) as findings
     from config_findings
-    where run_id in (select unnest($run_ids))
     group by all
 ),
 episode as (
@@ -78,7 +73,7 @@ episode as (
     select run_id, episode_id, mode(anomaly_class) as anomaly_class, min(step) as first_step, max(step) as last_step,
            arg_min(explanation, step) filter (where explanation is not null) as evidence
     from step_anomalies
-    where run_id in (select unnest($run_ids)) and is_anomaly and episode_id is not null
+    where is_anomaly and episode_id is not null
     group by all
 ),
 subject as (

@@ -1,7 +1,7 @@
 -- One row per run: what ended it. The error that won (its failure class, tier and place in the causal order), its
 -- root-cause line, a stop on purpose or by a scheduler, the phase the driver's traceback names, and a divergence's
 -- onset where the last step went NaN. run_stall and run_summary read it.
--- Bound parameters: $run_ids VARCHAR[], $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
+-- Bound parameters: $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
 with failure_map(event_class, failure_class, tier, rank) as (
     -- which event classes can end a run, as what failure class. The lowest tier present wins; within
     -- a tier the earliest line wins (the first line of the causal chain). `rank` picks the root-cause
@@ -32,20 +32,10 @@ with failure_map(event_class, failure_class, tier, rank) as (
 params as (
     select unnest($thresholds)
 ),
-progress as (select * from run_progress where run_id in (select unnest($run_ids))),
-run_state as (select run_id, last_step, expected_steps, final_segment, reached_end from progress),
-progress_point as (select run_id, progress_line_no as line_no from progress),
-files as (select * from run_files where run_id in (select unnest($run_ids))),
-main_file as (select run_id, file from files where is_main),
--- not materialized: each use reads only the columns and rows it needs from Parquet, instead of one
--- in-memory copy of every line's text
-lines as not materialized (
-    select run_id, file, line_no, kind, component, segment, step, phase_hint, ts, text
-    from log_lines
-    where run_id in (select unnest($run_ids))
-),
-step_lines as (select run_id, file, line_no, segment, step, text from lines where kind = 'step_metrics'),
-final_segment as (select run_id, final_segment as segment from progress where final_segment is not null),
+progress_point as (select run_id, progress_line_no as line_no from run_progress),
+main_file as (select run_id, file from run_files where is_main),
+step_lines as (select run_id, file, line_no, segment, step, text from log_lines where kind = 'step_metrics'),
+final_segment as (select run_id, final_segment as segment from run_progress where final_segment is not null),
 events as (
     select
         e.*,
@@ -56,13 +46,13 @@ events as (
         ) as position
     from run_events as e
     join main_file as mf using (run_id)
-    where e.run_id in (select unnest($run_ids)) and e.kind = 'error'
+    where e.kind = 'error'
 ),
 recurring as (
     -- error classes the final segment already survived in completed steps are noise, not its ending
     select distinct e.run_id, e.event_class
     from events as e
-    join run_state as s using (run_id)
+    join run_progress as s using (run_id)
     join progress_point as pp using (run_id)
     cross join params as p
     -- only the driver log knows the step a line was written in
@@ -73,16 +63,16 @@ driver_failed as (
     -- the driver reported a failure (Ray wrapper, Hydra, a dead actor): exceptions in workers matter
     select distinct e.run_id
     from events as e
-    join run_state as s using (run_id)
+    join run_progress as s using (run_id)
     where e.segment = s.final_segment
       and e.base_class in ('ray_task_error', 'hydra_wrapper', 'unhandled_ray_error', 'actor_died', 'worker_died')
 ),
 final_attempt as (
     -- when the driver log's final segment began: another process's log that ended before was an earlier attempt's
     select l.run_id, min(l.ts) as started
-    from lines as l
+    from log_lines as l
     join main_file as mf on mf.run_id = l.run_id and mf.file = l.file
-    join run_state as s on s.run_id = l.run_id and s.final_segment = l.segment
+    join run_progress as s on s.run_id = l.run_id and s.final_segment = l.segment
     -- the lines without a time left out before the joins, not after them
     where l.ts is not null
     group by all
@@ -92,11 +82,11 @@ after_progress as (
     -- step, or after the line where it last made progress
     select e.*
     from events as e
-    join run_state as s using (run_id)
+    join run_progress as s using (run_id)
     join progress_point as pp using (run_id)
     cross join params as p
     left join driver_failed as d using (run_id)
-    left join files as f using (run_id, file)
+    left join run_files as f using (run_id, file)
     left join final_attempt as fa using (run_id)
     where (e.segment = s.final_segment
            and e.in_main_file
@@ -187,13 +177,12 @@ nan_steps as (
                                                           'critic/vf_loss', 'critic/grad_norm', 'actor/ppo_kl',
                                                           'actor/entropy']), false) as diverged
     from step_health
-    where run_id in (select unnest($run_ids))
 ),
 last_nan as (
     -- the last logged step went NaN/inf in a loss or gradient: the run diverged
     select h.run_id, h.step
     from nan_steps as h
-    join run_state as s on s.run_id = h.run_id and s.last_step = h.step
+    join run_progress as s on s.run_id = h.run_id and s.last_step = h.step
     where h.diverged
 ),
 divergence_onset as (
@@ -210,7 +199,6 @@ divergence_onset as (
         group by all
     ) as o
     join step_metrics as m on m.run_id = o.run_id and m.step = o.step and not isfinite(m.value)
-    where m.run_id in (select unnest($run_ids))
     group by all
 ),
 nan_line as (
@@ -229,7 +217,7 @@ select
     sp.stop_reason, dp.phase as driver_phase, n.run_id is not null as nan_at_end,
     nl.file as nan_line_file, nl.line_no as nan_line_no, nl.text as nan_line_text,
     od.step as onset_step, od.file as onset_file, od.line_no as onset_line_no, od.keys as onset_keys, ol.text as onset_text
-from progress as pr
+from run_progress as pr
 left join cause as c using (run_id)
 left join root as rt using (run_id)
 left join stop as sp using (run_id)
@@ -237,4 +225,4 @@ left join driver_phase as dp using (run_id)
 left join last_nan as n using (run_id)
 left join nan_line as nl using (run_id)
 left join divergence_onset as od using (run_id)
-left join lines as ol on ol.run_id = od.run_id and ol.file = od.file and ol.line_no = od.line_no
+left join log_lines as ol on ol.run_id = od.run_id and ol.file = od.file and ol.line_no = od.line_no

@@ -1,4 +1,4 @@
--- Every error and warning line of a run, classified. Bound parameters: $run_ids VARCHAR[].
+-- Every error and warning line of a run, classified.
 -- The classification is data (shape_class): the first pattern that matches the line wins.
 -- Lines are matched with their numbers blanked to 0, so a pattern must not depend on digit values.
 with lines as (
@@ -44,7 +44,6 @@ with lines as (
                                          '|(?i:(cuda|curesult) error:? .*out of memory)')
                  else false end as event_line
         from log_lines
-        where run_id in (select unnest($run_ids))
     )
     where event_line or phase_hint is not null or ts is not null
 ),

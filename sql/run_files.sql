@@ -1,6 +1,6 @@
 -- One row per file of a run: its lines, last clock and last resume segment, whether it is a logger's side file,
 -- and whether it is the run's driver log. run_progress, run_cause and run_stall read which file is the driver's.
--- Bound parameters: $run_ids VARCHAR[].
+--
 with files as (
     -- each file of a run; a logger's side file (a W&B run's config or metadata beside its output.log, W&B's
     -- own debug logs) is no process's log
@@ -8,7 +8,6 @@ with files as (
            regexp_matches(file, '(^|/)(config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml'
                                 '|logs/debug(-internal)?\.log)$') as side_file
     from log_lines
-    where run_id in (select unnest($run_ids))
     group by all
 )
 select *,

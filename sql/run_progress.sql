@@ -1,28 +1,18 @@
 -- One row per run: how far it got (its last step, the steps it was meant to run, whether it reached the end),
 -- the driver-log line where it last made progress, whether training began, verl's progress bar, and the runs an
 -- earlier launch left in the same log. run_cause, run_stall, run_step_time and run_summary read it.
--- Bound parameters: $run_ids VARCHAR[].
-with run as (
-    select * from runs where run_id in (select unnest($run_ids))
-),
--- not materialized: each use reads only the columns and rows it needs from Parquet, instead of one
--- in-memory copy of every line's text
-lines as not materialized (
-    select run_id, file, line_no, kind, component, segment, step, phase_hint, ts, text
-    from log_lines
-    where run_id in (select unnest($run_ids))
-),
+--
 -- every line whose text the checks below read, but the tail's: the step lines, the progress bar's prints and
 -- the few lines the end-of-run checks look for (`marked`), in one scan of the text (each scan of a 300 MB log's
 -- text cost ~0.3 s, each check reading every line's text again ~0.4 s)
-texts as materialized (
+with texts as materialized (
     select run_id, file, line_no, kind, segment, step, text, marked
     from (
         select *, text like '%Final validation metrics%' or contains(text, 'succeeded') or contains(text, 'State: COMPLETED')
                   or text like '%CPU Efficiency:%' or text like '%local_global_step_folder%'
                   or text like '%epoch %, step %' or text like '%Setting global step to%'
                   or text like '%Load from checkpoint folder%' as marked
-        from lines
+        from log_lines
     )
     where marked or kind = 'step_metrics' or (kind = 'progress' and text like '%Training Progress%')
 ),
@@ -32,21 +22,17 @@ marked as (
 step_lines as (
     select run_id, file, line_no, segment, step, text from texts where kind = 'step_metrics'
 ),
-files as (select * from run_files where run_id in (select unnest($run_ids))),
-main_file as (select run_id, file from files where is_main),
+main_file as (select run_id, file from run_files where is_main),
 final_segment as (
     select run_id, max(last_segment) as segment
-    from files
+    from run_files
     group by all
     union all by name
     -- a run of metrics alone (TensorBoard event files, no console log): the last segment of its steps
     select run_id, max(segment) as segment
     from step_phases
-    where run_id in (select unnest($run_ids)) and run_id not in (select run_id from files)
+    where run_id not in (select run_id from run_files)
     group by all
-),
-phases as (
-    select * from step_phases where run_id in (select unnest($run_ids))
 ),
 final_start as (
     -- the step the final segment started from: its first step line in the driver log is the
@@ -60,7 +46,7 @@ final_start as (
 timed as (
     -- the final segment's last timed step
     select p.run_id, max(p.step) filter (where p.segment = f.segment) as last_step
-    from phases as p
+    from step_phases as p
     join final_segment as f using (run_id)
     group by all
 ),
@@ -71,7 +57,7 @@ trained as (
     select m.run_id, max(m.step) as step
     from step_metrics as m
     join final_segment as f on f.run_id = m.run_id and (m.segment = f.segment or m.segment < 0)
-    where m.run_id in (select unnest($run_ids)) and m.source not in ('memory_line', 'seed_timing')
+    where m.source not in ('memory_line', 'seed_timing')
       and not (m.key like 'val-%' or m.key like 'val/%')
     group by all
 ),
@@ -95,7 +81,7 @@ new_run as (
 new_run_start as (
     -- when the last run of a log that holds several began: its first clock
     select l.run_id, min(l.ts) as started_at
-    from lines as l
+    from log_lines as l
     join new_run as nr on nr.run_id = l.run_id and l.segment >= nr.segment
     where l.ts is not null
     group by all
@@ -105,7 +91,7 @@ attempts as (
     select l.run_id, sum(try_cast(regexp_extract(l.text,
             'timing_s/step"?:\s*(?:np\.float\d+\()?([0-9.eE+-]+)', 1) as double)) as attempted_s
     from step_lines as l
-    join run as r using (run_id)
+    join runs as r using (run_id)
     left join new_run as nr using (run_id)
     where r.n_segments > 1 and l.segment >= coalesce(nr.segment, 0)
     group by all
@@ -197,7 +183,7 @@ run_state as (
             f.segment as final_segment,
             v.run_id is not null as final_validation,
             j.run_id is not null as job_succeeded
-        from run as r
+        from runs as r
         left join final_segment as f using (run_id)
         left join timed as s using (run_id)
         left join trained as tr using (run_id)
@@ -216,7 +202,7 @@ progress_point as (
            -- (a resumed run that printed no step yet: the line where it resumed)
            case when rf.step = s.last_step and st.line_no is null and b.n is null then rf.line_no
                 when b.n >= s.last_step and (st.line_no is null or exists (
-                    select 1 from lines as l
+                    select 1 from log_lines as l
                     where l.run_id = s.run_id and l.kind = 'error' and l.segment = s.final_segment
                       and l.line_no > b.first_line_no and l.line_no < st.line_no))
                 then b.first_line_no else st.line_no end as line_no
@@ -269,7 +255,7 @@ select
     nr.segment as new_run_segment, coalesce(nr.earlier_runs, 0) as earlier_runs, nr.first_line_no as run_first_line_no,
     nrs.started_at as run_started_at, a.attempted_s, sf.step as saved_folder_step,
     si.cpu_pct as idle_cpu_pct, si.file as idle_file, si.line_no as idle_line_no, si.text as idle_text
-from run as r
+from runs as r
 left join run_state as s using (run_id)
 left join final_start as fs using (run_id)
 left join trained as tr using (run_id)

@@ -3,7 +3,7 @@
 -- the best and the worst score of each range and every sample showing a cue a reviewer looks for
 -- (repetition, a response cut at the length limit, an empty answer, reward without the right answer,
 -- the right answer without reward). One row per picked sample.
--- Bound parameters: $run_ids VARCHAR[].
+--
 with params as (
     select
         400 as max_field_lines,          -- a field never printed its end: keep this many lines of it
@@ -21,7 +21,7 @@ candidate as (
     -- following the Ray prefix), the pattern only on what passes
     select run_id, file, line_no, pid, kind, text
     from log_lines
-    where run_id in (select unnest($run_ids)) and contains(text, '] ') and (starts_with(text, '[') or contains(text, ') ['))
+    where contains(text, '] ') and (starts_with(text, '[') or contains(text, ') ['))
       and regexp_matches(text, '(^|\) )\[(prompt|response|ground_truth|score|acc|pred)\] ')
 ),
 tagged as (
@@ -61,7 +61,7 @@ continued as materialized (
     from field_span as f
     join log_lines as l
       on l.run_id = f.run_id and l.file = f.file and l.line_no = f.line_no and l.pid is not distinct from f.pid
-    where l.run_id in (select unnest($run_ids)) and l.kind not in ('progress', 'step_metrics')
+    where l.kind not in ('progress', 'step_metrics')
 ),
 field_text as (
     select run_id, file, pid, sample_in_process, field, min(line_no) as line_no,
@@ -95,7 +95,7 @@ sample as (
 step_line as (
     select run_id, file, line_no, step
     from log_lines
-    where run_id in (select unnest($run_ids)) and kind = 'step_metrics' and step is not null
+    where kind = 'step_metrics' and step is not null
 ),
 stepped as (
     -- a sample is printed while its step runs: the step of the first step line after it
@@ -110,7 +110,6 @@ limit_len as (
         json_extract_string(config_json, '$.data.max_response_length'),
         json_extract_string(config_json, '$.actor_rollout_ref.rollout.response_length')) as bigint) as max_tokens
     from runs
-    where run_id in (select unnest($run_ids))
 ),
 measured as (
     select

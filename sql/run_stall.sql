@@ -1,36 +1,26 @@
 -- One row per run: what its driver log did after its last progress. The phase its last sign of work names, a
 -- debugger a person attached, and a stall with its evidence (a waiting debugger, a scheduler's epilogue, notices
 -- that time passed, the progress bar's or the lines' clocks), its length, reason and line. run_summary reads it.
--- Bound parameters: $run_ids VARCHAR[], $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
+-- Bound parameters: $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
 with params as (
     select unnest($thresholds)
 ),
-progress as (select * from run_progress where run_id in (select unnest($run_ids))),
-run_state as (select run_id, last_step, expected_steps, final_segment, reached_end from progress),
-progress_point as (select run_id, progress_line_no as line_no from progress),
-files as (select * from run_files where run_id in (select unnest($run_ids))),
-main_file as (select run_id, file from files where is_main),
-final_start as (select run_id, final_start_step as step from progress where final_start_step is not null),
-trained as (select run_id, trained_step as step from progress where trained_step is not null),
-began as (select run_id from progress where began),
+progress_point as (select run_id, progress_line_no as line_no from run_progress),
+main_file as (select run_id, file from run_files where is_main),
+final_start as (select run_id, final_start_step as step from run_progress where final_start_step is not null),
+trained as (select run_id, trained_step as step from run_progress where trained_step is not null),
+began as (select run_id from run_progress where began),
 bar as (
     select run_id, bar_n as n, bar_stuck_s as stuck_s, bar_last_line_no as last_line_no,
            bar_last_text as last_text, bar_last_elapsed as last_elapsed
-    from progress where bar_n is not null
+    from run_progress where bar_n is not null
 ),
 step_totals as (
-    select run_id, median_step_s, longest_step_s from run_step_time where run_id in (select unnest($run_ids))
+    select run_id, median_step_s, longest_step_s from run_step_time
 ),
 stop as (
     select run_id, stop_position as position, stop_line_no as line_no, stop_reason
-    from run_cause where run_id in (select unnest($run_ids)) and stop_position is not null
-),
--- not materialized: each use reads only the columns and rows it needs from Parquet, instead of one
--- in-memory copy of every line's text
-lines as not materialized (
-    select run_id, file, line_no, kind, component, segment, step, phase_hint, ts, text
-    from log_lines
-    where run_id in (select unnest($run_ids))
+    from run_cause where stop_position is not null
 ),
 tail as (
     -- the driver log after its last progress; a line's text is its message, behind a container runtime's stamp
@@ -43,19 +33,19 @@ tail as (
                regexp_extract_all(l.text, '^\((?:autoscaler|scheduler) \+(\d+h)?(\d+m)?(\d+s)?\)', 0)[1]
                    .regexp_extract_all('\d+[hms]'),
                lambda x: regexp_extract(x, '\d+')::bigint * case right(x, 1) when 'h' then 3600 when 'm' then 60 else 1 end)) end as uptime_s
-    from lines as l
+    from log_lines as l
     -- the lines past each run's last progress in its driver log's final segment, looked up in one map of
     -- the runs (a join hashed the lines where its estimates put them on the build side: a 5 M-line run ran
     -- the connection out of memory)
     where l.line_no > coalesce((select map_from_entries(list({
               'k': {'run_id': s.run_id, 'segment': s.final_segment, 'file': mf.file},
               'v': coalesce(pp.line_no, 0)}))
-          from run_state as s
+          from run_progress as s
           join main_file as mf using (run_id)
           left join progress_point as pp using (run_id))[{'run_id': l.run_id, 'segment': l.segment, 'file': l.file}],
           l.line_no)
       -- bounds every run shares, checked first
-      and l.segment >= (select min(final_segment) from run_state)
+      and l.segment >= (select min(final_segment) from run_progress)
       and l.line_no > (select min(coalesce(line_no, 0)) from progress_point)
 ),
 tail_activity as (
@@ -137,7 +127,7 @@ clock_stall as (
 ),
 scheduler_idle as (
     select run_id, idle_cpu_pct as cpu_pct, idle_line_no as line_no, idle_file as file, idle_text as text
-    from progress where idle_line_no is not null
+    from run_progress where idle_line_no is not null
 ),
 debugger as (
     -- the line saying it waits, else the one saying where the debugger listens (Ray's distributed debugger, or
@@ -237,7 +227,7 @@ stall as (
         end as evidence,
         si.cpu_pct, b.n as bar_n, b.stuck_s as bar_stuck_s,
         case when bg.run_id is null then 'during start-up' else 'after step ' || s.last_step end as when_text
-    from run_state as s
+    from run_progress as s
     cross join params as p
     left join began as bg using (run_id)
     left join step_totals as st using (run_id)
@@ -266,7 +256,7 @@ hang as (
                         when 'bar' then regexp_replace(b.last_text, '^.*\r', '') when 'clock' then cs.text
                         else sn.text end as text
     from stall as h
-    join run_state as s using (run_id)
+    join run_progress as s using (run_id)
     join main_file as mf using (run_id)
     left join bar as b using (run_id)
     left join clock_stall as cs using (run_id)
@@ -285,7 +275,7 @@ select
     h.run_id is not null as hung, h.evidence as hang_evidence, h.hang_duration_s, h.stalled_s, h.cpu_pct, h.bar_n,
     h.when_text, h.notice_n, h.notice_waited_s, h.disk_full, h.file as hang_file, h.line_no as hang_line_no,
     h.text as hang_text
-from progress as pr
+from run_progress as pr
 left join tail_activity as ta using (run_id)
 left join held as hd using (run_id)
 left join hang as h using (run_id)

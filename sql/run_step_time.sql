@@ -1,20 +1,9 @@
 -- One row per run: where its time went. The timers' sums and shares per phase and the bottleneck, the time in steps
 -- whose results survive (up to the last checkpoint), the job's running time per resume segment, and the time before
--- a training collapse (run_training). run_stall and run_summary read it. Bound parameters: $run_ids VARCHAR[].
-with progress as (select * from run_progress where run_id in (select unnest($run_ids))),
--- not materialized: each use reads only the columns and rows it needs from Parquet, instead of one
--- in-memory copy of every line's text
-lines as not materialized (
-    select run_id, file, line_no, kind, component, segment, step, phase_hint, ts, text
-    from log_lines
-    where run_id in (select unnest($run_ids))
-),
-final_segment as (select run_id, final_segment as segment from progress where final_segment is not null),
-final_start as (select run_id, final_start_step as step from progress where final_start_step is not null),
-new_run as (select run_id, new_run_segment as segment from progress where new_run_segment is not null),
-phases as (
-    select * from step_phases where run_id in (select unnest($run_ids))
-),
+-- a training collapse (run_training). run_stall and run_summary read it.
+with final_segment as (select run_id, final_segment as segment from run_progress where final_segment is not null),
+final_start as (select run_id, final_start_step as step from run_progress where final_start_step is not null),
+new_run as (select run_id, new_run_segment as segment from run_progress where new_run_segment is not null),
 steps as (
     select
         p.run_id,
@@ -31,7 +20,7 @@ steps as (
         sum(p.update_actor) as update_actor, sum(p.update_weights) as update_weights,
         sum(p.other_time) as other_time,
         sum(p.testing) as testing, sum(p.save_checkpoint) as save_checkpoint
-    from phases as p
+    from step_phases as p
     join final_segment as f using (run_id)
     left join final_start as fs using (run_id)
     group by all
@@ -60,19 +49,19 @@ checkpoint as (
     select run_id, max(step) as step
     from (
         select p.run_id, p.step
-        from phases as p
+        from step_phases as p
         join final_segment as f using (run_id)
         left join final_start as fs using (run_id)
         where p.save_checkpoint is not null and (p.segment = f.segment or p.step <= coalesce(fs.step, 0))
         union all
-        select run_id, saved_folder_step from progress where saved_folder_step is not null
+        select run_id, saved_folder_step from run_progress where saved_folder_step is not null
     )
     group by all
 ),
 kept as (
     -- time in the steps a checkpoint preserved
     select p.run_id, sum(coalesce(p.step_time, 0) + coalesce(p.testing, 0) + coalesce(p.save_checkpoint, 0)) as kept_s
-    from phases as p
+    from step_phases as p
     join final_segment as f using (run_id)
     left join final_start as fs using (run_id)
     join checkpoint as c using (run_id)
@@ -84,7 +73,7 @@ running as (
     -- earlier run's in the same log
     select run_id, sum(span_s) as running_s
     from (select l.run_id, l.segment, epoch(max(l.ts) - min(l.ts)) as span_s
-          from lines as l
+          from log_lines as l
           left join new_run as nr using (run_id)
           where l.ts is not null and l.segment >= coalesce(nr.segment, 0)
           group by all)
@@ -98,8 +87,7 @@ training as (
                filter (where p.step < t.training_outcome_step) as before_onset_s
     from run_training as t
     join final_segment as f using (run_id)
-    left join phases as p on p.run_id = t.run_id and p.segment = f.segment
-    where t.run_id in (select unnest($run_ids))
+    left join step_phases as p on p.run_id = t.run_id and p.segment = f.segment
     group by all
 )
 select
@@ -116,7 +104,7 @@ select
     st.other_time / st.inside_s as share_other,
     c.step as last_checkpoint_step, k.kept_s as checkpoint_kept_s, ru.running_s,
     tr.run_id is not null as collapsed, tr.training_outcome, tr.training_outcome_step, tr.before_onset_s
-from progress as pr
+from run_progress as pr
 left join step_totals as st using (run_id)
 left join run_bottleneck as b using (run_id)
 left join checkpoint as c using (run_id)

@@ -1,17 +1,7 @@
 -- One row per run: how it ended (failure_class, root-cause line, phase), how far it got, where its time went, and
 -- its config facts: the join of run_progress, run_step_time, run_cause and run_stall, with the verdict (the first
--- cause in time wins), goodput and the run's last line. Bound parameters: $run_ids VARCHAR[], $not_analysed VARCHAR.
-with run as (
-    select * from runs where run_id in (select unnest($run_ids))
-),
--- not materialized: each use reads only the columns and rows it needs from Parquet, instead of one
--- in-memory copy of every line's text
-lines as not materialized (
-    select run_id, file, line_no, kind, component, segment, step, phase_hint, ts, text
-    from log_lines
-    where run_id in (select unnest($run_ids))
-),
-last_line as (
+-- cause in time wins), goodput and the run's last line. Bound parameters: $not_analysed VARCHAR.
+with last_line as (
     -- the run's last line: the end of the file whose clock reads latest (the lines after its last stamp were
     -- written later still, a caught error's stamp is no end), else of the longest file; found per file without
     -- its text (plain maxima: a list key per line costs seconds on a big log), then its text read for it alone
@@ -19,10 +9,10 @@ last_line as (
     select k.run_id, k.file, arg_max(l.line_no, l.line_no) as line_no, arg_max(l.text, l.line_no) as text
     from (
         select run_id, arg_max(file, [t, n]) as file, arg_max(n, [t, n]) as line_no
-        from (select run_id, file, max(coalesce(epoch(ts), 0)) as t, max(line_no) as n from lines group by all)
+        from (select run_id, file, max(coalesce(epoch(ts), 0)) as t, max(line_no) as n from log_lines group by all)
         group by all
     ) as k
-    join lines as l on l.run_id = k.run_id and l.file = k.file and l.line_no between k.line_no - 100 and k.line_no
+    join log_lines as l on l.run_id = k.run_id and l.file = k.file and l.line_no between k.line_no - 100 and k.line_no
     where trim(regexp_replace(l.text, '^\s*\([^)]*\)', '')) <> ''
     group by all
 ),
@@ -42,7 +32,7 @@ verdict as (
             when c.stop_position is not null then 'interrupted'
             else 'no_outcome'
         end as failure_class
-    from run as r
+    from runs as r
     left join run_progress as p using (run_id)
     left join run_cause as c using (run_id)
     left join run_stall as x using (run_id)
@@ -64,7 +54,7 @@ time_use as (
         t.last_checkpoint_step,
         case when v.failure_class in ('completed', 'no_outcome') then 0
              else greatest(p.last_step - coalesce(t.last_checkpoint_step, 0), 0) end as steps_lost
-    from run as r
+    from runs as r
     join verdict as v using (run_id)
     left join run_progress as p using (run_id)
     left join run_step_time as t using (run_id)
@@ -176,7 +166,7 @@ select
         as analysis_error,
     -- the run's first clock: in a log that holds several runs, the last run's own
     r.* exclude (run_id) replace (coalesce(p.run_started_at, r.first_ts) as first_ts)
-from run as r
+from runs as r
 left join run_progress as p using (run_id)
 left join run_step_time as t using (run_id)
 left join run_cause as c using (run_id)

@@ -2,7 +2,7 @@
 -- (`collapsed`: response length, entropy or reward fell far below the run's first steps; `diverged`:
 -- losses or gradients non-finite, or the gradient norm many times its first steps') and its onset step.
 -- A run whose curves look sound, or that logged too few steps to judge, has no row.
--- Bound parameters: $run_ids VARCHAR[], $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
+-- Bound parameters: $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
 with params as (
     select unnest($thresholds)
 ),
@@ -15,7 +15,6 @@ health as (
             > 0 as nonfinite,
         coalesce(grad_norm, pg_loss, entropy, kl_loss, vf_loss, score_mean, reward_mean) is not null as trained
     from step_health
-    where run_id in (select unnest($run_ids))
 ),
 signal as (
     -- one row per (run, signal, step) where the step logged it

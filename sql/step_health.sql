@@ -1,6 +1,6 @@
 -- One row per (run, step): the training signals the seed articles watch, under stable column names
 -- whatever verl version wrote them, and under their verl names in the map `verl_values`.
--- Bound parameters: $run_ids VARCHAR[].
+--
 with key_map(pattern, col, priority) as (
     -- verl key (a LIKE pattern) -> column; a lower priority wins, keys of equal priority are
     -- combined with the column's aggregate (max for memory, mean for validation scores)
@@ -37,7 +37,6 @@ with key_map(pattern, col, priority) as (
 metrics as (
     select run_id, step, key, value, segment
     from step_metrics
-    where run_id in (select unnest($run_ids))
 ),
 resolved as (
     -- match the few distinct keys against the patterns, then join the many values by equality

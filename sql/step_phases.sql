@@ -1,6 +1,6 @@
 -- One row per (run, training step): every verl timer as a column, the unaccounted rest of the step,
 -- each phase's share of the step, the bottleneck phase, per-token times, tokens, throughput and wall time.
--- Bound parameters: $run_ids VARCHAR[]; $step_phases VARCHAR[], the timers inside a step, and $timers
+-- Bound parameters: $step_phases VARCHAR[], the timers inside a step, and $timers
 -- VARCHAR[], every timer (pipeline/vocabulary.py).
 with key_map(key, col, priority) as (
     -- verl metric key -> column; a lower priority wins when a step carries several spellings
@@ -36,7 +36,6 @@ metrics as (
     select m.run_id, m.step, m.segment, m.file, m.line_no, k.col, k.priority, m.value
     from step_metrics as m
     join key_map as k on k.key = m.key
-    where m.run_id in (select unnest($run_ids))
 ),
 picked as (
     select run_id, step, col, arg_min(value, priority) as value, max(segment) as segment,
@@ -84,7 +83,6 @@ gpus as (
         nullif(coalesce(n_gpus_per_node, 1) * coalesce(nnodes, 1), 0) as n_gpus,
         train_batch_size * coalesce(rollout_n, 1) as n_responses
     from runs
-    where run_id in (select unnest($run_ids))
 ),
 inside as (
     select
@@ -121,7 +119,7 @@ step_ts as (
     asof left join (
         select run_id, file, line_no, ts
         from log_lines
-        where run_id in (select unnest($run_ids)) and ts is not null
+        where ts is not null
     ) as l
         on l.run_id = s.run_id and l.file = s.step_file and l.line_no <= s.step_line_no
 ),

@@ -55,10 +55,10 @@ def test_a_run_that_breaks_a_derived_table_leaves_the_batch_analysed(tmp_path, m
     good_a, bad, good_b = RUNS
     real_write = derive._write_query
 
-    def breaks_on_bad(con, name, params, staging):
-        if name == "step_health" and bad in params["run_ids"]:
+    def breaks_on_bad(con, name, params, run_ids, staging):
+        if name == "step_health" and bad in run_ids:
             raise RuntimeError("boom in step_health")
-        return real_write(con, name, params, staging)
+        return real_write(con, name, params, run_ids, staging)
 
     monkeypatch.setattr(derive, "_write_query", breaks_on_bad)
     first = analyze_archive(archive, warehouse, reports)
@@ -97,7 +97,7 @@ def test_a_step_that_fails_on_every_run_fails_the_analysis(tmp_path, monkeypatch
     for run_id in RUNS[1:]:
         shutil.copy(SHARED / "real-logs" / f"{run_id}.log", archive / f"{run_id}.log")
 
-    def broken(con, name, params, staging):
+    def broken(con, name, params, run_ids, staging):
         raise RuntimeError(f"{name} is broken")
 
     monkeypatch.setattr(derive, "_write_query", broken)
