@@ -28,25 +28,29 @@ roots as (
     join run_summary as s
       on s.run_id = l.run_id and s.root_cause_file = l.file and s.root_cause_line_no = l.line_no
     group by all
+),
+counted as (
+    select
+        template,
+        count(distinct run_id) as n_runs,
+        count(*) as n_lines,
+        min(seen_at) as first_seen,
+        max(seen_at) as last_seen,
+        arg_min(message, (seen_at, run_id, file, line_no)) as example,
+        bool_or(named) as known,
+        arg_min(run_id, (seen_at, run_id, file, line_no)) as example_run_id,
+        arg_min(file, (seen_at, run_id, file, line_no)) as example_file,
+        arg_min(line_no, (seen_at, run_id, file, line_no)) as example_line_no,
+        mode(kind) as kind,
+        mode(event_class) as event_class,
+        list(distinct run_id order by run_id) as run_ids
+    from lines
+    group by all
 )
-select
-    template,
-    count(distinct run_id) as n_runs,
-    count(*) as n_lines,
-    min(seen_at) as first_seen,
-    max(seen_at) as last_seen,
-    arg_min(message, (seen_at, run_id, file, line_no)) as example,
-    bool_or(named) as known,
-    arg_min(run_id, (seen_at, run_id, file, line_no)) as example_run_id,
-    arg_min(file, (seen_at, run_id, file, line_no)) as example_file,
-    arg_min(line_no, (seen_at, run_id, file, line_no)) as example_line_no,
-    mode(kind) as kind,
-    mode(event_class) as event_class,
-    list(distinct run_id order by run_id) as run_ids,
-    coalesce(any_value(r.root_cause_of), []) as root_cause_of,
-    any_value(pr.lines_by_run) as lines_by_run
-from lines
+-- the per-template lists joined to a template's one row, not to each of its lines (a warning every run prints
+-- would carry its list of every run into each of its lines: 1.1 GB at 3,000 runs)
+select c.*, coalesce(r.root_cause_of, []) as root_cause_of, pr.lines_by_run
+from counted as c
 left join roots as r using (template)
 left join per_run as pr using (template)
-group by all
 order by known, n_runs desc, n_lines desc, template
