@@ -64,7 +64,7 @@ def fleet(tmp_path_factory):
     derive.derive_fleet_tables(wh)
     rebuilt = {t: _rows(wh, t) for t in FLEET}
     present = sorted({e.run_id for e in entries} - {removed})
-    return dict(before=before, incremental=incremental, rebuilt=rebuilt, reads=reads, changed=sorted(changed),
+    return dict(warehouse=wh, before=before, incremental=incremental, rebuilt=rebuilt, reads=reads, changed=sorted(changed),
                 ingested=sorted(e.run_id for e in later), present=present, removed=removed)
 
 
@@ -92,6 +92,24 @@ def test_only_the_changed_runs_partitions_are_read_again(fleet):
     # (no anomaly model is fitted here, so the per-run tables that read it are not there to read)
     assert read_tables == {r for name in FLEET for r in tables.table(name).reads
                            if tables.table(r).per_run and not tables.needs_model(r)}
+
+
+@pytest.mark.parametrize("table", ["runs", "run_summary", "step_phases"])
+def test_a_fleet_input_built_a_few_runs_at_a_time_equals_one_read_of_every_partition(fleet, table, monkeypatch):
+    """Seven runs read three at a time: three reads of at most three runs, the same rows in the same order as one
+    read of every partition."""
+    wh = fleet["warehouse"]
+    lake.fleet_input_path(wh, table).unlink()
+    reads, original = [], lake.table_source
+    monkeypatch.setattr(lake, "FLEET_INPUT_CHUNK", 3)
+    monkeypatch.setattr(lake, "table_source", lambda w, t, run_ids=None: (
+        reads.append(list(run_ids)) if run_ids is not None else None) or original(w, t, run_ids))
+    source = lake.fleet_input_source(wh, table)
+    assert [len(r) for r in reads] == [3, 3, 1]
+    with lake.open_database() as con:
+        got = con.sql(f"select * from {source}").fetchall()
+        want = con.sql(f"select * from {original(wh, table)}").fetchall()
+    assert len(got) == len(want) and repr(got) == repr(want)
 
 
 def test_a_killed_fleet_input_write_is_swept_and_the_input_kept(tmp_path):
