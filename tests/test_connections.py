@@ -55,3 +55,19 @@ def test_warehouse_readers_close_their_connections(tmp_path, opened):
     assert quality.lines_conserved(tmp_path / "empty", ["r1"]) == {"r1": {"error": "runs or log_lines missing"}}
     assert len(opened) == 5
     assert all(_closed(con) for con in opened)
+
+
+def test_a_connection_outlives_its_database_leaving_the_cache(tmp_path):
+    """More configs than the cache keeps: the oldest database leaves it, and a connection opened from it before
+    still works; each new open is a connection of its own (its temporary views are not another's)."""
+    first = lake.open_database(config={"memory_limit": "100MB"})
+    first.execute("create temp view mine as select 7 as x")
+    for n in range(lake.SHARED_DATABASES + 1):
+        with lake.open_database(config={"temp_directory": str(tmp_path / str(n))}) as con:
+            assert con.execute("select 1").fetchone() == (1,)
+    assert first.execute("select x from mine").fetchone() == (7,)
+    first.close()
+    with lake.open_database() as one, lake.open_database() as two:
+        one.execute("create temp view only_here as select 1 as x")
+        with pytest.raises(duckdb.CatalogException):
+            two.execute("select * from only_here")
