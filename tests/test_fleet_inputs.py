@@ -48,10 +48,10 @@ def fleet(tmp_path_factory):
     reads = []
     original = lake.table_source
 
-    def recording(warehouse, table, run_ids=None):
+    def recording(warehouse, table, run_ids=None, **kwargs):
         if tables.table(table).per_run and run_ids is not None:  # without run_ids: whether the table is there
             reads.append((table, sorted(run_ids)))
-        return original(warehouse, table, run_ids)
+        return original(warehouse, table, run_ids, **kwargs)
 
     mp = pytest.MonkeyPatch()
     mp.setattr(lake, "table_source", recording)
@@ -102,8 +102,8 @@ def test_a_fleet_input_built_a_few_runs_at_a_time_equals_one_read_of_every_parti
     lake.fleet_input_path(wh, table).unlink()
     reads, original = [], lake.table_source
     monkeypatch.setattr(lake, "FLEET_INPUT_CHUNK", 3)
-    monkeypatch.setattr(lake, "table_source", lambda w, t, run_ids=None: (
-        reads.append(list(run_ids)) if run_ids is not None else None) or original(w, t, run_ids))
+    monkeypatch.setattr(lake, "table_source", lambda w, t, run_ids=None, **kwargs: (
+        reads.append(list(run_ids)) if run_ids is not None else None) or original(w, t, run_ids, **kwargs))
     source = lake.fleet_input_source(wh, table)
     assert [len(r) for r in reads] == [3, 3, 1]
     with lake.open_database() as con:
