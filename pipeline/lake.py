@@ -382,6 +382,11 @@ def present_tables(
     return found
 
 
+def scratch_dir(warehouse: str | Path) -> Path:
+    """Where DuckDB spills for work on `warehouse` (derive, fleet inputs): on the warehouse's own disk."""
+    return Path(warehouse) / ".duckdb-tmp"
+
+
 # in-memory databases kept open (per process and config, see open_database); derive's config names its warehouse
 SHARED_DATABASES = 4
 _SHARED_DATABASES: dict[tuple, duckdb.DuckDBPyConnection] = {}
@@ -605,11 +610,13 @@ def _write_fleet_input(warehouse: str | Path, table: str, path: Path, versions: 
         if parquet_readable(path):
             try:
                 os.link(path, pinned)
-                copied = _copied_versions(pinned) or {}
             except OSError:
-                copied = {}
-        changed = [run for run, files in versions.items() if copied.get(run) != files]
-        unchanged = [run for run in versions if run not in changed]
+                pass
+            else:
+                copied = _copied_versions(pinned) or {}
+        changed, unchanged = [], []
+        for run, files in versions.items():
+            (unchanged if copied.get(run) == files else changed).append(run)
         if copied and unchanged:
             selects.append(f"select * exclude (file_row_number), '' as _file, file_row_number as _row "
                            f"from read_parquet({sql_literal(pinned)}, file_row_number=true) "
@@ -625,8 +632,7 @@ def _write_fleet_input(warehouse: str | Path, table: str, path: Path, versions: 
             return False
         path.parent.mkdir(parents=True, exist_ok=True)
         rows = "\nunion all by name\n".join(selects)
-        scratch = Path(warehouse) / ".duckdb-tmp"
-        with open_database(config={"memory_limit": FLEET_INPUT_MEMORY, "temp_directory": str(scratch),
+        with open_database(config={"memory_limit": FLEET_INPUT_MEMORY, "temp_directory": str(scratch_dir(warehouse)),
                                    "preserve_insertion_order": False}) as con:
             con.execute("set enable_progress_bar = false")
             con.execute(
