@@ -393,15 +393,18 @@ _SHARED_DATABASES: dict[tuple, duckdb.DuckDBPyConnection] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def open_database(path: str = ":memory:", read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+def open_database(path: str = ":memory:", read_only: bool = False, config: dict | None = None,
+                  keep: bool = True) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB database (in memory unless `path`): the one place in the pipeline that does, so a test can
     hold every reader of the warehouse to `reader` and every other use to a connection closed where it is opened.
 
     In memory, each call is a new connection to one database per process and config, kept open: opening a
     database costs 12 ms, a connection to an open one 0.2 ms (60 opens in one `analyze --run`). A connection's
-    views, tables and macros are temporary, its own; closing it leaves the database to the next.
+    views, tables and macros are temporary, its own; closing it leaves the database to the next. With `keep`
+    false the database is the connection's own and goes with it: a kept database holds what its allocator
+    kept from its biggest query (bringing step_phases of 9,545 runs up to date left 250 MB held).
     """
-    if path != ":memory:":
+    if path != ":memory:" or not keep:
         return duckdb.connect(path, read_only=read_only, config=config or {})
     key = (os.getpid(), tuple(sorted((config or {}).items())))
     with _SHARED_LOCK:
@@ -414,6 +417,13 @@ def open_database(path: str = ":memory:", read_only: bool = False, config: dict 
             # with the last of them
             del _SHARED_DATABASES[next(iter(_SHARED_DATABASES))]
         return base.cursor()
+
+
+def release_databases() -> None:
+    """Let go of this process's kept in-memory databases (`open_database`): each goes, with the memory its
+    allocator holds, once the last connection opened from it is closed. The next open starts a new one."""
+    with _SHARED_LOCK:
+        _SHARED_DATABASES.clear()
 
 
 def connect(
@@ -633,7 +643,7 @@ def _write_fleet_input(warehouse: str | Path, table: str, path: Path, versions: 
         path.parent.mkdir(parents=True, exist_ok=True)
         rows = "\nunion all by name\n".join(selects)
         with open_database(config={"memory_limit": FLEET_INPUT_MEMORY, "temp_directory": str(scratch_dir(warehouse)),
-                                   "preserve_insertion_order": False}) as con:
+                                   "preserve_insertion_order": False}, keep=False) as con:
             con.execute("set enable_progress_bar = false")
             con.execute(
                 f"copy (select * exclude (_file, _row) from ({rows}) order by run_id, _file, _row) "

@@ -71,3 +71,21 @@ def test_a_connection_outlives_its_database_leaving_the_cache(tmp_path):
         one.execute("create temp view only_here as select 1 as x")
         with pytest.raises(duckdb.CatalogException):
             two.execute("select * from only_here")
+
+
+def test_released_databases_are_not_opened_again_and_their_connections_still_work():
+    """After `release_databases` an open starts a new database (a table made in the old one is not there), and a
+    connection opened before the release goes on working; without `keep` each open has a database of its own."""
+    before = lake.open_database()
+    before.execute("create table kept_here as select 3 as x")
+    with lake.open_database() as same:
+        assert same.execute("select x from kept_here").fetchone() == (3,)
+    lake.release_databases()
+    with lake.open_database() as after, pytest.raises(duckdb.CatalogException):
+        after.execute("select x from kept_here")
+    assert before.execute("select x from kept_here").fetchone() == (3,)
+    before.close()
+    with lake.open_database(keep=False) as own:
+        own.execute("create table own_table as select 1 as x")
+        with lake.open_database(keep=False) as other, pytest.raises(duckdb.CatalogException):
+            other.execute("select x from own_table")

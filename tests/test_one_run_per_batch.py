@@ -67,7 +67,7 @@ def test_two_changed_runs_apart_in_the_partition_order_are_one_run_of_analyze_ba
 def test_a_batch_over_the_cap_is_consecutive_runs_of_the_whole_graph(tmp_path, monkeypatch):
     """A Dagster run in this process holds its events until it ends: past MAX_RUNS_PER_RUN runs a batch is analysed
     as consecutive runs of analyze_batch, each over at most that many partitions; the first fits the model, every
-    one writes its runs' tables and reports, and the fleet report ends up with every run."""
+    one writes its runs' tables and reports, and the last writes the fleet report, with every run."""
     from pipeline.defs import analysis
 
     monkeypatch.setattr(analysis, "MAX_RUNS_PER_RUN", 2)
@@ -89,6 +89,11 @@ def test_a_batch_over_the_cap_is_consecutive_runs_of_the_whole_graph(tmp_path, m
                          for e in instance.all_logs(r.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)))
             for r in runs]
     assert fits == [True, False, False]
+    # the fleet report, the slowest fleet step, only once: the earlier runs' reports would be overwritten
+    fleet_reports = [sum(e.dagster_event.asset_key == AssetKey("fleet_report")
+                         for e in instance.all_logs(r.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION))
+                     for r in runs]
+    assert fleet_reports == [0, 0, 1]
     assert _last_steps(warehouse) == dict.fromkeys(names, 4)
     assert all((reports / "runs" / f"{rid}.html").is_file() for rid in names)
     fleet = outcome.fleet_report.read_text(encoding="utf-8")

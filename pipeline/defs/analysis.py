@@ -25,7 +25,7 @@ from pipeline.defs.storage import plan_ranges_in_one_event
 from pipeline.detect.warehouse import discard_damaged_model
 from pipeline.incremental import REINGEST_TAG, split_changed
 from pipeline.isolation import not_analysed
-from pipeline.lake import refresh_catalog, sweep_leftovers, table_source
+from pipeline.lake import refresh_catalog, release_databases, sweep_leftovers, table_source
 from pipeline.quality import model_age_days, model_refit_due
 from pipeline.run_outcomes import outcome_counts
 from pipeline.selection import NoRunsError, RunSelection, no_runs_message
@@ -55,12 +55,13 @@ class ArchiveOutcome:
     outcomes: dict[str, int] = field(default_factory=dict)  # how the analysed runs ended, in words -> runs
 
 
-def batch_selection(runs: bool, fleet_tables: bool, fit: bool, mail: bool) -> list[str]:
+def batch_selection(runs: bool, fleet_tables: bool, fit: bool, fleet_report: bool, mail: bool) -> list[str]:
     """The assets of one batch's run: each run's tables and report when there are runs, the fleet tables when
-    they need rebuilding, the model when it is refitted, the fleet report always, its mail when asked."""
+    they need rebuilding, the model when it is refitted, the fleet report when asked (the last run of a batch
+    cut in several), its mail when asked."""
     return [*((*tables.per_run_tables(), "run_report") if runs else ()),
             *(tables.fleet_tables() if fleet_tables else ()), *((tables.MODEL,) if fit else ()),
-            "fleet_report", *(("fleet_report_mail",) if mail else ())]
+            *(("fleet_report",) if fleet_report else ()), *(("fleet_report_mail",) if mail else ())]
 
 
 def _stages(runs: int, unchanged: int, mail: bool) -> dict[str, str]:
@@ -179,11 +180,15 @@ def analyze_archive(
         loggers = {**default_loggers(), "progress": progress_logger(told, stages)}
         job = Definitions(assets=ASSETS, asset_checks=ASSET_CHECKS, jobs=[analyze_batch], resources=resources,
                           loggers=loggers).resolve_job_def(analyze_batch.name)
-        with sigterm_kept():
-            job.execute_in_process(
-                instance=instance, tags=tags, run_config=RUN_LOGS,
-                asset_selection=[AssetKey(a) for a in batch_selection(bool(part), rebuild_fleet, fit and k == 0,
-                                                                      mail and last)])
+        try:
+            with sigterm_kept():
+                job.execute_in_process(
+                    instance=instance, tags=tags, run_config=RUN_LOGS,
+                    asset_selection=[AssetKey(a) for a in batch_selection(bool(part), rebuild_fleet, fit and k == 0,
+                                                                          last, mail and last)])
+        finally:
+            # what DuckDB's allocators kept from this part's queries is not carried into the next part
+            release_databases()
     refresh_catalog(warehouse)
     fleet_path = Path(reports) / "fleet" / f"{day.isoformat()}.html"
     return ArchiveOutcome(

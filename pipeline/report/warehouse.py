@@ -9,7 +9,6 @@ and run however few its rows.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,14 +18,11 @@ import numpy as np
 
 from pipeline import lake
 
-_DATABASES: dict[int, duckdb.DuckDBPyConnection] = {}
-
 
 def connect(warehouse: str | Path, run_ids: list[str]) -> duckdb.DuckDBPyConnection:
     """A connection with a view per warehouse table, per-run ones holding only `run_ids` (fleet tables whole),
-    on this process's one in-memory DuckDB database: opening a database starts its threads (about 20 ms of
-    CPU, and more wall time on a busy machine), a connection to an open one costs under a millisecond."""
-    con = _database().cursor()
+    on this process's kept in-memory DuckDB database (`lake.open_database`)."""
+    con = lake.open_database()
     add_views(con, warehouse, run_ids)
     return con
 
@@ -37,14 +33,6 @@ def add_views(con: duckdb.DuckDBPyConnection, warehouse: str | Path, run_ids: li
     `run_ids` (fleet tables whole)."""
     for table, src in lake.present_tables(warehouse, run_ids, only=only).items():
         con.execute(f"create or replace temp view {table} as select * from {src}")
-
-
-def _database() -> duckdb.DuckDBPyConnection:
-    # one per process: a child forked from a process that opened one must not touch the parent's threads
-    pid = os.getpid()
-    if pid not in _DATABASES:
-        _DATABASES[pid] = lake.open_database()
-    return _DATABASES[pid]
 
 
 # DuckDB's type names of the columns `series` reads as numbers
