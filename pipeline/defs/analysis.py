@@ -127,7 +127,8 @@ def analyze_archive(
     progress: Callable[[str], None] | None = None,
 ) -> ArchiveOutcome:
     """Analyse every finished run in `archive` that changed since its last analysis, in one Dagster run (one per
-    MAX_RUNS_PER_RUN runs, in turn, the first of them fitting the model when that is due).
+    MAX_RUNS_PER_RUN runs, in turn, the first of them fitting the model when that is due, the last writing the
+    fleet report).
 
     The runs to analyse become consecutive run_id partitions (`partitions.place_batch` moves re-analysed
     runs to the end of the order), and one run of the `analyze_batch` job materialises the graph over that
