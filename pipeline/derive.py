@@ -153,10 +153,9 @@ def _connect(warehouse: str | Path, names: Iterable[str], run_ids: list[str] | N
     """A connection with a view per table that the SQL files `names` read, as `lake.connect` makes them; with
     `run_ids`, per-run tables hold those runs' partitions (binding a view reads every file's footer)."""
     # a bounded memory makes DuckDB spill big joins to the warehouse's scratch folder instead of
-    # holding a 300 MB log's lines several times over (2 GB peak before, under 1 GB with it); a database of its
-    # own, so what the allocator keeps from a batch's biggest query goes with the connection
+    # holding a 300 MB log's lines several times over (2 GB peak before, under 1 GB with it)
     con = lake.open_database(config={"memory_limit": DERIVE_MEMORY_LIMIT,
-                                     "temp_directory": str(lake.scratch_dir(warehouse))}, keep=False)
+                                     "temp_directory": str(lake.scratch_dir(warehouse))})
     con.execute("set enable_progress_bar = false")
     con.execute(sql_macro())
     vocabulary_tables(con)

@@ -387,36 +387,32 @@ def scratch_dir(warehouse: str | Path) -> Path:
     return Path(warehouse) / ".duckdb-tmp"
 
 
-# in-memory databases kept open (per process and config, see open_database); derive's config names its warehouse
-SHARED_DATABASES = 4
-_SHARED_DATABASES: dict[tuple, duckdb.DuckDBPyConnection] = {}
+# the in-memory database kept open in this process (see open_database), by the process id that opened it
+_SHARED_DATABASES: dict[int, duckdb.DuckDBPyConnection] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def open_database(path: str = ":memory:", read_only: bool = False, config: dict | None = None,
-                  keep: bool = True) -> duckdb.DuckDBPyConnection:
+def open_database(path: str = ":memory:", read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB database (in memory unless `path`): the one place in the pipeline that does, so a test can
     hold every reader of the warehouse to `reader` and every other use to a connection closed where it is opened.
 
-    In memory, each call is a new connection to one database per process and config, kept open: opening a
-    database costs 12 ms, a connection to an open one 0.2 ms (60 opens in one `analyze --run`). A connection's
-    views, tables and macros are temporary, its own; closing it leaves the database to the next. With `keep`
-    false the database is the connection's own and goes with it: a kept database holds what its allocator
-    kept from its biggest query (bringing step_phases of 9,545 runs up to date left 250 MB held).
+    In memory and without `config`, each call is a new connection to one database per process, kept open:
+    opening a database costs 12 ms, a connection to an open one 0.2 ms (60 opens in one `analyze --run`). A
+    connection's views, tables and macros are temporary, its own; closing it leaves the database to the next.
+    With `config` (a memory cap, a spill folder: the big queries of derive, the fleet inputs and ingest) the
+    database is the connection's own and goes with it: a kept database holds what its allocator kept from its
+    biggest query (bringing step_phases of 9,545 runs up to date left 250 MB held).
     """
-    if path != ":memory:" or not keep:
+    if path != ":memory:" or config:
         return duckdb.connect(path, read_only=read_only, config=config or {})
-    key = (os.getpid(), tuple(sorted((config or {}).items())))
+    pid = os.getpid()
     with _SHARED_LOCK:
-        base = _SHARED_DATABASES.pop(key, None)
-        if base is None:
-            base = duckdb.connect(config=config or {})
-        _SHARED_DATABASES[key] = base  # the most recently used last
-        while len(_SHARED_DATABASES) > SHARED_DATABASES:
-            # dropped, not closed: closing it would close the connections opened from it; the database goes
-            # with the last of them
-            del _SHARED_DATABASES[next(iter(_SHARED_DATABASES))]
-        return base.cursor()
+        if pid not in _SHARED_DATABASES:
+            # a database inherited from the process this one was forked from is dropped, not used or closed: its
+            # threads are the parent's
+            _SHARED_DATABASES.clear()
+            _SHARED_DATABASES[pid] = duckdb.connect()
+        return _SHARED_DATABASES[pid].cursor()
 
 
 def release_databases() -> None:
@@ -643,7 +639,7 @@ def _write_fleet_input(warehouse: str | Path, table: str, path: Path, versions: 
         path.parent.mkdir(parents=True, exist_ok=True)
         rows = "\nunion all by name\n".join(selects)
         with open_database(config={"memory_limit": FLEET_INPUT_MEMORY, "temp_directory": str(scratch_dir(warehouse)),
-                                   "preserve_insertion_order": False}, keep=False) as con:
+                                   "preserve_insertion_order": False}) as con:
             con.execute("set enable_progress_bar = false")
             con.execute(
                 f"copy (select * exclude (_file, _row) from ({rows}) order by run_id, _file, _row) "

@@ -58,11 +58,11 @@ def test_warehouse_readers_close_their_connections(tmp_path, opened):
 
 
 def test_a_connection_outlives_its_database_leaving_the_cache(tmp_path):
-    """More configs than the cache keeps: the oldest database leaves it, and a connection opened from it before
-    still works; each new open is a connection of its own (its temporary views are not another's)."""
+    """Databases opened with a config are their connection's own, and one opened before others still works;
+    each open of the kept database is a connection of its own (its temporary views are not another's)."""
     first = lake.open_database(config={"memory_limit": "100MB"})
     first.execute("create temp view mine as select 7 as x")
-    for n in range(lake.SHARED_DATABASES + 1):
+    for n in range(5):
         with lake.open_database(config={"temp_directory": str(tmp_path / str(n))}) as con:
             assert con.execute("select 1").fetchone() == (1,)
     assert first.execute("select x from mine").fetchone() == (7,)
@@ -75,7 +75,7 @@ def test_a_connection_outlives_its_database_leaving_the_cache(tmp_path):
 
 def test_released_databases_are_not_opened_again_and_their_connections_still_work():
     """After `release_databases` an open starts a new database (a table made in the old one is not there), and a
-    connection opened before the release goes on working; without `keep` each open has a database of its own."""
+    connection opened before the release goes on working; with a config each open has a database of its own."""
     before = lake.open_database()
     before.execute("create table kept_here as select 3 as x")
     with lake.open_database() as same:
@@ -85,7 +85,7 @@ def test_released_databases_are_not_opened_again_and_their_connections_still_wor
         after.execute("select x from kept_here")
     assert before.execute("select x from kept_here").fetchone() == (3,)
     before.close()
-    with lake.open_database(keep=False) as own:
+    with lake.open_database(config={"threads": 1}) as own:
         own.execute("create table own_table as select 1 as x")
-        with lake.open_database(keep=False) as other, pytest.raises(duckdb.CatalogException):
+        with lake.open_database(config={"threads": 1}) as other, pytest.raises(duckdb.CatalogException):
             other.execute("select x from own_table")

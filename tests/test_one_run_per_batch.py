@@ -24,6 +24,12 @@ def _range(instance, run) -> list[str]:
     return keys[keys.index(run.tags[RANGE_START_TAG]):keys.index(run.tags[RANGE_END_TAG]) + 1]
 
 
+def _materialised(instance, run, asset: str) -> int:
+    """How many materialisations of `asset` the Dagster `run` recorded."""
+    return sum(e.dagster_event.asset_key == AssetKey(asset)
+               for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION))
+
+
 def test_two_changed_runs_apart_in_the_partition_order_are_one_run_of_analyze_batch(tmp_path):
     archive, warehouse, reports = tmp_path / "archive", tmp_path / "wh", tmp_path / "reports"
     for rid in RUNS:
@@ -84,16 +90,10 @@ def test_a_batch_over_the_cap_is_consecutive_runs_of_the_whole_graph(tmp_path, m
     assert [r.job_name for r in runs] == ["analyze_batch"] * 3
     assert [_range(instance, r) if "dagster/partition" not in r.tags else [r.tags["dagster/partition"]]
             for r in runs] == [names[0:2], names[2:4], names[4:]]
-    fits = [bool(instance.all_logs(r.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
-                 and any(e.dagster_event.asset_key == AssetKey("anomaly_model")
-                         for e in instance.all_logs(r.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)))
-            for r in runs]
+    fits = [_materialised(instance, r, "anomaly_model") > 0 for r in runs]
     assert fits == [True, False, False]
     # the fleet report, the slowest fleet step, only once: the earlier runs' reports would be overwritten
-    fleet_reports = [sum(e.dagster_event.asset_key == AssetKey("fleet_report")
-                         for e in instance.all_logs(r.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION))
-                     for r in runs]
-    assert fleet_reports == [0, 0, 1]
+    assert [_materialised(instance, r, "fleet_report") for r in runs] == [0, 0, 1]
     assert _last_steps(warehouse) == dict.fromkeys(names, 4)
     assert all((reports / "runs" / f"{rid}.html").is_file() for rid in names)
     fleet = outcome.fleet_report.read_text(encoding="utf-8")

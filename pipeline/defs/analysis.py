@@ -185,8 +185,9 @@ def analyze_archive(
             with sigterm_kept():
                 job.execute_in_process(
                     instance=instance, tags=tags, run_config=RUN_LOGS,
-                    asset_selection=[AssetKey(a) for a in batch_selection(bool(part), rebuild_fleet, fit and k == 0,
-                                                                          last, mail and last)])
+                    asset_selection=[AssetKey(a) for a in batch_selection(
+                        runs=bool(part), fleet_tables=rebuild_fleet, fit=fit and k == 0, fleet_report=last,
+                        mail=mail and last)])
         finally:
             # what DuckDB's allocators kept from this part's queries is not carried into the next part
             release_databases()
