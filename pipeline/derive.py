@@ -280,6 +280,41 @@ def _run_table(
     return rows
 
 
+def summary_schema(warehouse: str | Path, run_id: str) -> pa.Schema | None:
+    """run_summary's columns but run_id, as its SQL binds on the tables `run_id` has, each derived table it lacks
+    bound from its own SQL in turn (None where that does not bind): the columns of the row a run gets when its
+    run_summary could not be derived (`mark_not_analysed`), so the tables that read run_summary still bind."""
+    con = lake.open_database()
+    try:
+        con.execute(sql_macro())
+        vocabulary_tables(con)
+        _bind_columns(con, warehouse, SUMMARY, run_id)
+        schema = con.table(SUMMARY).to_arrow_table().schema
+        return schema.remove(schema.get_field_index("run_id"))
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+
+
+def _bind_columns(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str, run_id: str) -> None:
+    """A temp table `name` with no rows and the columns its SQL gives over the tables it reads: the run's
+    partition of each, else another run's, else (a derived table) its own SQL's columns, else its stand-in."""
+    for table in tables.table(name).reads:
+        if con.execute("select 1 from duckdb_tables() where table_name = $t", {"t": table}).fetchone():
+            continue
+        src = lake.table_source(warehouse, table, [run_id])
+        if src is None and (other := lake.a_run_of(warehouse, table)) is not None:
+            src = lake.table_source(warehouse, table, [other])
+        if src is not None:
+            con.execute(f"create temp table {table} as select * from {src} limit 0")
+        elif table in RUN_TABLES:
+            _bind_columns(con, warehouse, table, run_id)
+        elif tables.table(table).stand_in:
+            con.execute(f"create temp table {table} ({tables.table(table).stand_in})")
+    con.execute(f"create temp table {name} as select * from ({sql_text(name)}) limit 0", _params(name))
+
+
 def query_frames(name: str, frames: Mapping[str, object]) -> pa.Table:
     """The rows `sql/<name>.sql` gives over in-memory tables (`frames`: table name -> a pandas or Arrow table),
     each other table it reads stood in empty: the columns derive writes, for data that is not

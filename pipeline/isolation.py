@@ -79,11 +79,14 @@ def _with_column(data: pa.Table, name: str, values: pa.Array) -> pa.Table:
     return data.append_column(name, values)
 
 
-def mark_not_analysed(warehouse: str | Path, run_id: str, step: str, error: str) -> str:
+def mark_not_analysed(warehouse: str | Path, run_id: str, step: str, error: str,
+                      summary_schema: Callable[[str], pa.Schema | None] | None = None) -> str:
     """Record that `step` failed on `run_id` alone; returns the problem recorded.
 
     The run's `runs` row gets the problem (a row of its own when ingest wrote none), its run_summary row the
-    `analysis_error`, and its partition of the failed table is removed.
+    `analysis_error`, and its partition of the failed table is removed. A run without a run_summary row gets one
+    with the columns `summary_schema` gives for it (none but the error where it gives none), so the tables that
+    read run_summary still bind when it is the only run they read.
     """
     text = problem(step, error)
     runs = _read_partition(warehouse, "runs", run_id)
@@ -100,7 +103,8 @@ def mark_not_analysed(warehouse: str | Path, run_id: str, step: str, error: str)
         lake.delete_run(warehouse, run_id, [step])
     summary = _read_partition(warehouse, SUMMARY, run_id)
     if summary is None or summary.num_rows == 0:
-        summary = pa.Table.from_pylist([{"failure_class": None}], pa.schema([("failure_class", pa.string())]))
+        schema = (summary_schema and summary_schema(run_id)) or pa.schema([("failure_class", pa.string())])
+        summary = pa.Table.from_pylist([{}], schema)
     errors = summary.column("analysis_error").to_pylist() if "analysis_error" in summary.column_names \
         else [None] * summary.num_rows
     joined = pa.array(["; ".join(filter(None, (old, text))) for old in errors], pa.string())
@@ -125,15 +129,17 @@ def not_analysed(warehouse: str | Path, run_ids: Sequence[str]) -> dict[str, lis
 
 
 def isolated_runs(warehouse: str | Path, step: str, run_ids: Sequence[str], work: Callable[[list[str]], R],
-                  log=None) -> tuple[list[R], list[str]]:
-    """`isolate` over run ids, each run that fails alone marked (`mark_not_analysed`) and logged as an error.
+                  log=None, summary_schema: Callable[[str], pa.Schema | None] | None = None,
+                  ) -> tuple[list[R], list[str]]:
+    """`isolate` over run ids, each run that fails alone marked (`mark_not_analysed`, given `summary_schema`) and
+    logged as an error.
 
     Returns the results of the calls that succeeded and the runs that did. When every run of a batch of several
     failed alone, the step itself is broken, not the runs: it raises, after marking them.
     """
     results, failed = isolate(list(run_ids), work)
     for index, error in sorted(failed.items()):
-        text = mark_not_analysed(warehouse, run_ids[index], step, error)
+        text = mark_not_analysed(warehouse, run_ids[index], step, error, summary_schema)
         if log is not None:
             log.error(f"{run_ids[index]}: {text}")
     if len(run_ids) > 1 and len(failed) == len(run_ids):

@@ -112,8 +112,8 @@ TABLES = (
     Table(
         "run_files", "derived", "sql", ("log_lines",),
         ("run_id", "file", "side_file", "is_main"),
-        "Per file of a run: its lines, last clock and last resume segment, whether it is a logger's side file, and"
-        " whether it is the driver log.",
+        "Per file of a run: its lines, its last line's number, last clock and last resume segment, whether it is a"
+        " logger's side file, and whether it is the driver log.",
     ),
     Table(
         "run_progress", "derived", "sql", ("runs", "log_lines", "step_metrics", "step_phases", "run_files"),
@@ -142,7 +142,7 @@ TABLES = (
     ),
     Table(
         "run_summary", "derived", "sql",
-        ("runs", "log_lines", "run_progress", "run_step_time", "run_cause", "run_stall"),
+        ("runs", "log_lines", "run_files", "run_progress", "run_step_time", "run_cause", "run_stall"),
         ("run_id", "failure_class", "last_step", "expected_steps", "root_cause_file", "root_cause_line_no",
          "root_cause_text", "bottleneck_phase", "failure_phase", "stop_reason", "hang_reason", "training_outcome",
          "training_outcome_step"),

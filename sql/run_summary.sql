@@ -3,13 +3,15 @@
 -- cause in time wins), goodput and the run's last line. Bound parameters: $not_analysed VARCHAR.
 with last_line as (
     -- the run's last line: the end of the file whose clock reads latest (the lines after its last stamp were
-    -- written later still, a caught error's stamp is no end), else of the longest file; found per file without
-    -- its text (plain maxima: a list key per line costs seconds on a big log), then its text read for it alone
-    -- (its blank lines, a bare Ray prefix too, skipped among the file's last hundred lines: only those are read)
+    -- written later still, a caught error's stamp is no end), else of the longest file; the file found in
+    -- run_files, then its text read for it alone (its blank lines, a bare Ray prefix too, skipped among the file's
+    -- last hundred lines: only those are read). Taken from run_files, the file is a few rows to DuckDB, so the
+    -- join holds them and reads the log's lines past them: estimated as many rows as the log, a group by over
+    -- log_lines made the join hold every line's text instead (out of memory on a 300 MB log)
     select k.run_id, k.file, arg_max(l.line_no, l.line_no) as line_no, arg_max(l.text, l.line_no) as text
     from (
         select run_id, arg_max(file, [t, n]) as file, arg_max(n, [t, n]) as line_no
-        from (select run_id, file, max(coalesce(epoch(ts), 0)) as t, max(line_no) as n from log_lines group by all)
+        from (select run_id, file, coalesce(epoch(last_ts), 0) as t, last_line_no as n from run_files)
         group by all
     ) as k
     join log_lines as l on l.run_id = k.run_id and l.file = k.file and l.line_no between k.line_no - 100 and k.line_no

@@ -123,3 +123,35 @@ def test_a_run_whose_ingest_fails_is_listed_and_the_fleet_reported(tmp_path, mon
     assert (reports / "runs" / f"{RUNS[0]}.html").is_file() and (reports / "runs" / f"{RUNS[2]}.html").is_file()
     fleet = outcome.fleet_report.read_text()
     assert 'id="not-analysed"' in fleet and "No space left on device" in fleet
+
+
+def test_the_only_run_whose_summary_fails_leaves_the_fleet_tables_and_report(tmp_path, monkeypatch):
+    """A run whose run_summary could not be derived, alone in its warehouse (its first `analyze --run`), still
+    gets every fleet table: its stand-in summary row has run_summary's columns, which the fleet SQL binds."""
+    if not (SHARED / "real-logs").is_dir():
+        pytest.skip("../shared/real-logs is missing")
+    import pyarrow.parquet as pq
+
+    from pipeline import derive, tables
+    from pipeline.defs.analysis import analyze_archive
+
+    archive, warehouse = tmp_path / "archive", tmp_path / "warehouse"
+    archive.mkdir()
+    run_id = RUNS[0]
+    shutil.copy(SHARED / "real-logs" / f"{run_id}.log", archive / f"{run_id}.log")
+    real_write = derive._write_query
+
+    def summary_fails(con, name, params, run_ids, staging):
+        if name == "run_summary":
+            raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block")
+        return real_write(con, name, params, run_ids, staging)
+
+    monkeypatch.setattr(derive, "_write_query", summary_fails)
+    outcome = analyze_archive(archive, warehouse, tmp_path / "reports")
+    assert outcome.not_analysed == {run_id: [
+        "could not be analysed: run_summary failed: OutOfMemoryException: Out of Memory Error: failed to pin block"]}
+    columns = pq.read_schema(next((warehouse / "run_summary" / f"run_id={run_id}").glob("*.parquet"))).names
+    assert {"root_cause_file", "root_cause_line_no", "last_checkpoint_step", "analysis_error"} <= set(columns)
+    for table in tables.sql_tables(per_run=False):
+        assert (warehouse / f"{table}.parquet").is_file(), table
+    assert outcome.fleet_report is not None and run_id in outcome.fleet_report.read_text()

@@ -15,7 +15,7 @@ from dagster import (
 from pipeline import tables
 from pipeline.defs.partitions import run_partitions
 from pipeline.defs.resources import WarehouseResource
-from pipeline.derive import derive_fleet_table, derive_run_table
+from pipeline.derive import derive_fleet_table, derive_run_table, summary_schema
 from pipeline.isolation import isolated_runs
 from pipeline.lake import fleet_table_path, refresh_catalog, table_dir
 from pipeline.quality import contract_violations, phase_sums_consistent
@@ -44,7 +44,8 @@ def _run_table_asset(name: str) -> AssetsDefinition:
     )
     def _table(context: AssetExecutionContext, warehouse: WarehouseResource):
         counts, run_ids = isolated_runs(warehouse.root, name, list(context.partition_keys),
-                                        lambda ids: derive_run_table(warehouse.root, name, ids), context.log)
+                                        lambda ids: derive_run_table(warehouse.root, name, ids), context.log,
+                                        lambda run_id: summary_schema(warehouse.root, run_id))
         yield MaterializeResult(
             metadata={
                 "runs": len(run_ids),
