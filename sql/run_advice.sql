@@ -17,7 +17,9 @@ run as (
     from run_summary
 ),
 seen as (
-    -- what the log itself says about the device and the rollout engine (a run without a config dump)
+    -- what the log itself says about the device and the rollout engine, read only for a run whose config dump
+    -- does not say both (every line's text of a 300 MB log costs seconds), and only on the lines one pass of
+    -- a single regex keeps (no line it drops counts below)
     select
         run_id,
         bool_or(text like '%PJRT_DEVICE%' or text like '%libtpu%' or text like '%torch_xla%') as tpu,
@@ -25,6 +27,11 @@ seen as (
         count(*) filter (where text ilike '%sglang%') as sglang_lines,
         count(*) filter (where text ilike '%vllm%') as vllm_lines
     from log_lines
+    where run_id in (select run_id from run
+                     where config['trainer.device'] is null
+                        or not (lower(config['actor_rollout_ref.rollout.name']) like 'sglang%'
+                                or lower(config['actor_rollout_ref.rollout.name']) like 'vllm%'))
+      and regexp_matches(text, '(?i)sglang|vllm|PJRT_DEVICE|libtpu|torch_xla|torch_npu|Ascend|HCCL')
     group by all
 ),
 logged as (
