@@ -148,6 +148,15 @@ def measure(cmd: list[str]) -> dict:
     }
 
 
+def analysed_whole(result: dict) -> dict:
+    """`result` of `verl-health analyze`, when every run was analysed; a run it lists as not analysed (a table
+    that failed on it) would make the figure a measurement of less work than the benchmark names."""
+    failed = [line.strip() for line in result["out"].splitlines() if line.strip().startswith("not analysed ")]
+    if failed:
+        raise RuntimeError("analyze left runs not analysed: " + "; ".join(failed)[:2000])
+    return result
+
+
 OURS = """
 import sys, time
 from pathlib import Path

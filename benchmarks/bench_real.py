@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_ingest import PY, REAL_LOGS, REPO, measure
+from bench_ingest import PY, REAL_LOGS, REPO, analysed_whole, measure
 
 DUCKDB_READ = """
 import sys, duckdb
@@ -75,8 +75,8 @@ def scenario(name: str, archive: Path, scratch: Path) -> dict:
     files = [str(p) for p in sorted(archive.glob("*.log"))]
     size_mb = sum(Path(f).stat().st_size for f in files) / 2**20
     load_before = os.getloadavg()[0]
-    ours = measure([str(REPO / ".venv" / "bin" / "verl-health"), "analyze", str(archive),
-                    "--warehouse", str(scratch / f"{name}-wh"), "--reports", str(scratch / f"{name}-rep")])
+    ours = analysed_whole(measure([str(REPO / ".venv" / "bin" / "verl-health"), "analyze", str(archive),
+                                   "--warehouse", str(scratch / f"{name}-wh"), "--reports", str(scratch / f"{name}-rep")]))
     hand = measure([PY, str(REPO / "benchmarks" / "baseline_handwritten.py"), str(scratch / f"{name}-csv"), *files])
     minimal = measure([PY, str(REPO / "benchmarks" / "baseline_minimal.py"), str(scratch / f"{name}-min"), *files])
     duck = measure([PY, "-c", DUCKDB_READ, *files])
