@@ -22,7 +22,8 @@ from pipeline import lake, tables, vocabulary
 from pipeline.credentials import sql_macro
 from pipeline.error_templates import NAME as ERROR_TEMPLATES
 from pipeline.error_templates import register_line_templates
-from pipeline.isolation import NOT_ANALYSED, SUMMARY
+from pipeline.isolation import SUMMARY
+from pipeline.vocabulary import NOT_ANALYSED
 
 
 def _sql_dir() -> Path:

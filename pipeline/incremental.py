@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import tables
-from pipeline.isolation import NOT_ANALYSED
 from pipeline.lake import parquet_readable, partition_readable, run_partition_dir
+from pipeline.vocabulary import NOT_ANALYSED
 
 INGEST_TABLES = tables.names(writer=tables.INGEST)  # what ingest writes per run
 # A Dagster run tag: ingest every requested run again, even one whose archive entry has not changed.

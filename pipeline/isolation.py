@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import lake, tables
+from pipeline.ingest.schemas import RUNS_SCHEMA
+from pipeline.vocabulary import NOT_ANALYSED
 
-# How a run's problem that says it could not be analysed begins (run_summary.sql binds it as $not_analysed)
-NOT_ANALYSED = "could not be analysed"
 # the characters of an error kept in a problem: its first line, cut here
 ERROR_CHARS = 400
 SUMMARY = "run_summary"
@@ -83,15 +83,16 @@ def mark_not_analysed(warehouse: str | Path, run_id: str, step: str, error: str,
                       summary_schema: Callable[[str], pa.Schema | None] | None = None) -> str:
     """Record that `step` failed on `run_id` alone; returns the problem recorded.
 
-    The run's `runs` row gets the problem (a row of its own when ingest wrote none), its run_summary row the
-    `analysis_error`, and its partition of the failed table is removed. A run without a run_summary row gets one
-    with the columns `summary_schema` gives for it (none but the error where it gives none), so the tables that
-    read run_summary still bind when it is the only run they read.
+    The run's `runs` row gets the problem (a row of its own, of ingest's columns, when ingest wrote none), its
+    run_summary row the `analysis_error`, and its partition of the failed table is removed. A run without a
+    run_summary row gets one with the columns `summary_schema` gives for it (none but the error where it gives
+    none), so the tables that read run_summary still bind when it is the only run they read.
     """
     text = problem(step, error)
     runs = _read_partition(warehouse, "runs", run_id)
     if runs is None or runs.num_rows == 0:
-        runs = pa.Table.from_pylist([{"problems": [text]}])
+        # every column ingest writes, so the SQL that reads the run's row binds when it is the only run
+        runs = pa.Table.from_pylist([{"problems": [text]}], RUNS_SCHEMA)
     else:
         listed = [list(p or []) for p in runs.column("problems").to_pylist()] if "problems" in runs.column_names \
             else [[] for _ in range(runs.num_rows)]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# How a run's problem that says it could not be analysed begins (run_summary.sql binds it as $not_analysed)
+NOT_ANALYSED = "could not be analysed"
+
 # failure_class of a run (DESIGN.md "Vocabularies"; the rules that pick one are in docs/diagnosis.md)
 FAILURE_CLASSES = (
     "completed",

@@ -155,3 +155,25 @@ def test_the_only_run_whose_summary_fails_leaves_the_fleet_tables_and_report(tmp
     for table in tables.sql_tables(per_run=False):
         assert (warehouse / f"{table}.parquet").is_file(), table
     assert outcome.fleet_report is not None and run_id in outcome.fleet_report.read_text()
+
+
+def test_the_only_run_whose_ingest_fails_is_reported_and_breaks_no_table(tmp_path, monkeypatch):
+    """Alone in its warehouse, a run ingest could not read gets a `runs` row of ingest's columns: every derived
+    table binds on it (no second problem), and the fleet report lists it as not analysed."""
+    if not (SHARED / "real-logs").is_dir():
+        pytest.skip("../shared/real-logs is missing")
+    from operate_support import fail_ingest_of
+
+    from pipeline.defs.analysis import analyze_archive
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    run_id = RUNS[0]
+    shutil.copy(SHARED / "real-logs" / f"{run_id}.log", archive / f"{run_id}.log")
+    fail_ingest_of(monkeypatch, run_id)
+    outcome = analyze_archive(archive, tmp_path / "warehouse", tmp_path / "reports")
+    assert list(outcome.not_analysed) == [run_id]
+    assert len(outcome.not_analysed[run_id]) == 1
+    assert outcome.not_analysed[run_id][0].startswith("could not be analysed: ingest failed: OSError")
+    fleet = outcome.fleet_report.read_text()
+    assert 'id="not-analysed"' in fleet and "No space left on device" in fleet
