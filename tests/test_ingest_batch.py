@@ -87,7 +87,8 @@ def test_a_big_run_stays_here_and_runs_of_a_dead_worker_are_ingested_here(tmp_pa
     fail_ingest_of(monkeypatch, "run-c")
     got = {e.run_id: (result, why) for e, result, why in
            ingest_batch.ingest_batch(entries, tmp_path / "wh", IngestLimits(), workers=2)}
-    assert sorted(_DeadPool.sent) == sorted(set(RUNS) - {biggest.run_id})
+    # the big run stays here, and this process keeps a share of the small ones; the rest went to the pool
+    assert _DeadPool.sent and set(_DeadPool.sent) <= set(RUNS) - {biggest.run_id}
     assert list(got) == sorted(RUNS)
     assert got["run-c"] == (None, "OSError: [Errno 28] No space left on device")
     for rid in ("run-a", "run-b", "run-d"):
@@ -115,8 +116,8 @@ def _pool_workers(pid: int) -> list[psutil.Process]:
 
 
 def test_workers_end_when_their_parent_is_killed(tmp_path):
-    """`kill -9` of a process ingesting 160 runs over two workers: the workers end within seconds instead of
-    finishing their chunks, re-parented, and no partition is written once they are gone."""
+    """`kill -9` of a process ingesting 160 runs with a worker beside it: the worker ends within seconds instead of
+    finishing its chunk, re-parented, and no partition is written once it is gone."""
     archive, warehouse = tmp_path / "archive", tmp_path / "wh"
     for i in range(160):
         write_run(archive, f"run-{i:03d}", steps=400)
@@ -126,9 +127,9 @@ def test_workers_end_when_their_parent_is_killed(tmp_path):
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (
-                len(workers := _pool_workers(parent.pid)) == 2 and len(list(warehouse.glob("runs/run_id=*"))) >= 4):
+                len(workers := _pool_workers(parent.pid)) == 1 and len(list(warehouse.glob("runs/run_id=*"))) >= 4):
             time.sleep(0.05)
-        assert len(workers) == 2, "the pool's workers did not start"
+        assert len(workers) == 1, "the pool's worker did not start"
         parent.kill()
         parent.wait()
         gone, alive = psutil.wait_procs(workers, timeout=5)

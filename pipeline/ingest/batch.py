@@ -1,7 +1,8 @@
 """A batch of runs' ingest: in this process, or spread over worker processes for a large batch of small runs.
 
 A spawned worker spends about 0.7 CPU-s importing ingest before its first run, and a small run costs 30-50 ms,
-so workers pay off from a few dozen runs on idle cores; under the deployment's two concurrent range runs the
+so workers pay off from a few dozen runs on idle cores; this process takes a share beside them (one worker on two
+cores); under the deployment's two concurrent range runs the
 workers of one compete with the other's, so they start only from MIN_RUNS_FOR_POOL runs. Measured on 2 cores
 (one process / two workers): 100 simulated runs 3.6 / 2.8-3.1 s, 230 real-log runs 6.3-6.5 / 4.2-4.9 s,
 1,000 simulated runs 32-41 / 16-19 s. A run larger than MAX_POOLED_BYTES is ingested in this process
@@ -56,15 +57,16 @@ def _ingest_chunk(entries: list[RunEntry], warehouse: str | Path, limits: Ingest
     return [_ingest_one(entry, warehouse, limits) for entry in entries]
 
 
-def _deal(entries: list[RunEntry], n: int) -> list[list[RunEntry]]:
-    """`entries` in `n` chunks of about the same bytes: largest first, each to the lightest chunk so far."""
+def _deal(entries: list[RunEntry], n: int, first_load: int = 0) -> list[list[RunEntry]]:
+    """`entries` in `n` chunks of about the same bytes, the first starting with `first_load` bytes already: largest
+    first, each to the lightest chunk so far."""
     chunks: list[list[RunEntry]] = [[] for _ in range(n)]
-    loads = [0] * n
+    loads = [first_load] + [0] * (n - 1)
     for entry in sorted(entries, key=lambda e: e.size, reverse=True):
         i = loads.index(min(loads))
         chunks[i].append(entry)
         loads[i] += entry.size
-    return [c for c in chunks if c]
+    return chunks
 
 
 def ingest_batch(entries: list[RunEntry], warehouse: str | Path, limits: IngestLimits,
@@ -78,10 +80,14 @@ def ingest_batch(entries: list[RunEntry], warehouse: str | Path, limits: IngestL
     here = [e for e in entries if e.run_id not in pooled_ids]
     done: dict[str, Outcome] = {}
     if pooled:
+        # this process takes one share itself, after the big runs: a worker more would only wait beside it
+        # (and hold 200 MB: 1,000-run parts peaked at 1.1 GB with two workers beside this process)
+        mine, *theirs = _deal(pooled, workers, first_load=sum(e.size for e in here))
+        here += mine
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_exit_with_parent,
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=ctx, initializer=_exit_with_parent,
                                  initargs=(os.getpid(),)) as pool:
-            futures = [pool.submit(_ingest_chunk, chunk, warehouse, limits) for chunk in _deal(pooled, workers)]
+            futures = [pool.submit(_ingest_chunk, chunk, warehouse, limits) for chunk in theirs if chunk]
             done.update((e.run_id, _ingest_one(e, warehouse, limits)) for e in here)
             for future in futures:
                 try:
