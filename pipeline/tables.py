@@ -94,13 +94,6 @@ TABLES = (
         ),
     ),
     Table(
-        "run_training", "derived", "sql", ("step_health",),
-        (),
-        "Per run whose training collapsed or diverged and had not recovered by its last step: the outcome and its"
-        " onset step.",
-        stand_in="run_id varchar, training_outcome varchar, training_outcome_step bigint",
-    ),
-    Table(
         "run_events", "derived", "sql", ("log_lines",),
         ("run_id", "file", "line_no", "event_class", "component", "message"),
         "Every error and warning with its class, component, step and phase.",
@@ -120,6 +113,14 @@ TABLES = (
         ("run_id", "last_step", "expected_steps", "reached_end", "progress_line_no", "began"),
         "Per run: how far it got, the driver-log line of its last progress, whether training began, verl's progress"
         " bar, and the runs an earlier launch left in the same log.",
+        stand_in="run_id varchar, new_run_segment integer",
+    ),
+    Table(
+        "run_training", "derived", "sql", ("step_health", "run_progress"),
+        (),
+        "Per run whose training collapsed or diverged and had not recovered by its last step: the outcome and its"
+        " onset step, among the steps of the log's last launch.",
+        stand_in="run_id varchar, training_outcome varchar, training_outcome_step bigint",
     ),
     Table(
         "run_step_time", "derived", "sql", ("log_lines", "step_phases", "run_training", "run_progress"),

@@ -309,3 +309,26 @@ def test_a_run_of_one_step_gets_no_chart_of_one_point(analyzed_real_logs, real_l
     html = (analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8")
     assert 'data-panel=' not in html
     assert parse_html(html).find("p", id_="no-health-chart").text().startswith("One step was logged")
+
+
+def test_an_earlier_launchs_collapse_is_not_the_last_runs(tmp_path, real_logs_dir):
+    """A log holding a run that collapsed (log 14: entropy and length, from step 8) and completed, then a new
+    launch stopped at step 5: the steps after 5 are the earlier run's, so the last run has no training outcome
+    (it said "collapsed from step 8", three steps after its last)."""
+    import re
+
+    from pipeline.defs.analysis import analyze_archive
+
+    first = next(real_logs_dir.glob("14_*.log")).read_text(errors="replace")
+    lines = first.splitlines()
+    cut = next(i for i, line in enumerate(lines) if re.search(r"\bstep:5 - ", line))
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "relaunched.log").write_text(
+        first.rstrip("\n") + "\n(TaskRunner pid=1) Final validation metrics: {'val-core/reward/mean@1': 0.1}\n"
+        + "\n".join(lines[: cut + 1]) + "\n")
+    analyze_archive(archive, tmp_path / "warehouse", tmp_path / "reports")
+    con = connect(tmp_path / "warehouse")
+    row = con.execute("select earlier_runs, last_step, training_outcome from run_summary").fetchone()
+    assert row == (1, 5, None)
+    assert "collapsed" not in (tmp_path / "reports" / "runs" / "relaunched.html").read_text().lower()

@@ -450,7 +450,8 @@ def test_a_partition_swapped_under_the_query_is_read_again(tmp_path, monkeypatch
 def _health(lengths: list[float], grad=None, nan_keys=None) -> pa.Table:
     n = len(lengths)
     return pa.table({
-        "step": pa.array(range(1, n + 1), pa.int64()), "response_length_mean": lengths,
+        "step": pa.array(range(1, n + 1), pa.int64()), "segment": pa.array([0] * n, pa.int32()),
+        "response_length_mean": lengths,
         "entropy": [0.5] * n, "score_mean": [0.3] * n, "reward_mean": pa.array([None] * n, pa.float64()),
         "grad_norm": grad or [1.0] * n, "pg_loss": [0.1] * n, "kl_loss": pa.array([None] * n, pa.float64()),
         "vf_loss": pa.array([None] * n, pa.float64()),
