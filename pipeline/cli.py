@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import errno
+import os
 import sys
 import time
 from pathlib import Path
 
 COMMANDS_GROUP = "verl_health.commands"
+# a disk with less free space than this is full to SQLite, which needs room for its journal and shared memory
+FULL_BELOW_BYTES = 2**20
 
 
 def _print_model_note(outcome) -> None:
@@ -180,6 +183,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _record_home(warehouse: str) -> Path:
+    from pipeline.defs.instance import record_home
+
+    return record_home(warehouse)
+
+
+def _nearly_full(folder: Path) -> bool:
+    """Whether the disk holding `folder` has less than FULL_BELOW_BYTES free (False where it cannot be read)."""
+    try:
+        stats = os.statvfs(folder)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < FULL_BELOW_BYTES
+
+
 def disk_full(exc: BaseException, args: argparse.Namespace) -> str | None:
     """What filled up, in words, when `exc` (or an error behind it) is a disk running full; else None.
 
@@ -187,10 +205,11 @@ def disk_full(exc: BaseException, args: argparse.Namespace) -> str | None:
     are redone by the next analyze."""
     seen: BaseException | None = exc
     while seen is not None:
-        if "database or disk is full" in str(seen) and getattr(args, "warehouse", None):
-            from pipeline.defs.instance import record_home
-
-            return (f"the disk holding the Dagster record ({record_home(args.warehouse)}) is full: the analysis "
+        text = str(seen)
+        if getattr(args, "warehouse", None) and ("database or disk is full" in text or (
+                # a write SQLite could not make on a full disk can surface as a disk I/O error instead
+                "disk I/O error" in text and _nearly_full(_record_home(args.warehouse)))):
+            return (f"the disk holding the Dagster record ({_record_home(args.warehouse)}) is full: the analysis "
                     "stopped. What it wrote is kept and the next analyze redoes the rest; free space there, set "
                     "DAGSTER_HOME to another disk, or run with --no-record")
         if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:

@@ -55,3 +55,31 @@ def test_a_full_record_disk_ends_in_one_clear_line_and_the_next_analyze_heals(tm
         f"select last_step from read_parquet('{warehouse}/run_summary/**/*.parquet', hive_partitioning=true)"
     ).fetchall()
     assert last_step == STEPS
+
+
+def test_sqlites_disk_io_error_on_a_full_record_disk_is_a_full_disk(tmp_path, monkeypatch):
+    """SQLite can fail a write on a full disk with "disk I/O error" (the record's first connection did, setting
+    its journal mode): on a disk that is full that is the full disk's one clear line; on a disk with room it
+    stays an error of its own."""
+    import argparse
+    import sqlite3
+
+    from pipeline.cli import disk_full
+
+    tiny = tmp_path / "record"
+    if not _mount_tiny(tiny, "64k"):
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root and must mount a tmpfs to fill a disk")
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        with pytest.raises(OSError), open(tiny / "filler", "wb", buffering=0) as fh:
+            while True:
+                fh.write(b"\0" * 4096)
+        error = sqlite3.OperationalError("disk I/O error")
+        args = argparse.Namespace(warehouse=str(tmp_path / "wh"))
+        monkeypatch.setenv("DAGSTER_HOME", str(tiny))
+        assert disk_full(error, args).startswith(f"the disk holding the Dagster record ({tiny}) is full")
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+        assert disk_full(error, args) is None
+    finally:
+        subprocess.run(["umount", "-l", str(tiny)], check=True)
