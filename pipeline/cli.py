@@ -183,12 +183,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _record_home(warehouse: str) -> Path:
-    from pipeline.defs.instance import record_home
-
-    return record_home(warehouse)
-
-
 def _nearly_full(folder: Path) -> bool:
     """Whether the disk holding `folder` has less than FULL_BELOW_BYTES free (False where it cannot be read)."""
     try:
@@ -206,12 +200,15 @@ def disk_full(exc: BaseException, args: argparse.Namespace) -> str | None:
     seen: BaseException | None = exc
     while seen is not None:
         text = str(seen)
-        if getattr(args, "warehouse", None) and ("database or disk is full" in text or (
-                # a write SQLite could not make on a full disk can surface as a disk I/O error instead
-                "disk I/O error" in text and _nearly_full(_record_home(args.warehouse)))):
-            return (f"the disk holding the Dagster record ({_record_home(args.warehouse)}) is full: the analysis "
-                    "stopped. What it wrote is kept and the next analyze redoes the rest; free space there, set "
-                    "DAGSTER_HOME to another disk, or run with --no-record")
+        if getattr(args, "warehouse", None) and ("database or disk is full" in text or "disk I/O error" in text):
+            from pipeline.defs.instance import record_home
+
+            home = record_home(args.warehouse)
+            # a write SQLite could not make on a full disk can surface as a disk I/O error instead
+            if "database or disk is full" in text or _nearly_full(home):
+                return (f"the disk holding the Dagster record ({home}) is full: the analysis stopped. What it wrote "
+                        "is kept and the next analyze redoes the rest; free space there, set DAGSTER_HOME to another "
+                        "disk, or run with --no-record")
         if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
             return (f"no space left on the device{f' writing {seen.filename}' if seen.filename else ''}: the "
                     "analysis stopped. What it wrote is kept and the next analyze redoes the rest")

@@ -299,21 +299,24 @@ def summary_schema(warehouse: str | Path, run_id: str) -> pa.Schema | None:
 
 
 def _bind_columns(con: duckdb.DuckDBPyConnection, warehouse: str | Path, name: str, run_id: str) -> None:
-    """A temp table `name` with no rows and the columns its SQL gives over the tables it reads: the run's
-    partition of each, else another run's, else (a derived table) its own SQL's columns, else its stand-in."""
+    """A temp table `name` with no rows and the columns its SQL gives over the tables it reads: a view of each
+    as derive makes it (`_refresh_view`), else (a derived table) its own SQL's columns, else its stand-in."""
     for table in tables.table(name).reads:
-        if con.execute("select 1 from duckdb_tables() where table_name = $t", {"t": table}).fetchone():
+        if not _bound(con, table):
+            _refresh_view(con, warehouse, table, [run_id])
+        if _bound(con, table):
             continue
-        src = lake.table_source(warehouse, table, [run_id])
-        if src is None and (other := lake.a_run_of(warehouse, table)) is not None:
-            src = lake.table_source(warehouse, table, [other])
-        if src is not None:
-            con.execute(f"create temp table {table} as select * from {src} limit 0")
-        elif table in RUN_TABLES:
+        if table in RUN_TABLES:
             _bind_columns(con, warehouse, table, run_id)
         elif tables.table(table).stand_in:
             con.execute(f"create temp table {table} ({tables.table(table).stand_in})")
     con.execute(f"create temp table {name} as select * from ({sql_text(name)}) limit 0", _params(name))
+
+
+def _bound(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether `con` has a table or view named `table`."""
+    return con.execute("select 1 from duckdb_tables() where table_name = $t union all "
+                       "select 1 from duckdb_views() where view_name = $t", {"t": table}).fetchone() is not None
 
 
 def query_frames(name: str, frames: Mapping[str, object]) -> pa.Table:

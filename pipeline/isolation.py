@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import lake, tables
-from pipeline.ingest.schemas import RUNS_SCHEMA
 from pipeline.vocabulary import NOT_ANALYSED
 
 # the characters of an error kept in a problem: its first line, cut here
@@ -91,6 +90,10 @@ def mark_not_analysed(warehouse: str | Path, run_id: str, step: str, error: str,
     text = problem(step, error)
     runs = _read_partition(warehouse, "runs", run_id)
     if runs is None or runs.num_rows == 0:
+        # imported here: the ingest package loads its parsers (and pandas, through pyarrow), which this module's
+        # other users need not
+        from pipeline.ingest.schemas import RUNS_SCHEMA
+
         # every column ingest writes, so the SQL that reads the run's row binds when it is the only run
         runs = pa.Table.from_pylist([{"problems": [text]}], RUNS_SCHEMA)
     else:

@@ -1,10 +1,12 @@
--- One row per file of a run: its lines, its last line's number, last clock and last resume segment, whether it is a logger's side file,
--- and whether it is the run's driver log. run_progress, run_cause and run_stall read which file is the driver's.
+-- One row per file of a run: its lines, its last line's number, last clock and last resume segment, whether it is
+-- a logger's side file, and whether it is the run's driver log. run_progress, run_cause and run_stall read which
+-- file is the driver's.
 --
 with files as (
     -- each file of a run; a logger's side file (a W&B run's config or metadata beside its output.log, W&B's
     -- own debug logs) is no process's log
-    select run_id, file, count(*) as n, max(line_no) as last_line_no, max(ts) as last_ts, max(segment) as last_segment,
+    select run_id, file, count(*) as n, max(line_no) as last_line_no, max(ts) as last_ts,
+           max(segment) as last_segment,
            regexp_matches(file, '(^|/)(config\.yaml|wandb-[a-z]+\.json|requirements\.txt|conda-environment\.yaml'
                                 '|logs/debug(-internal)?\.log)$') as side_file
     from log_lines

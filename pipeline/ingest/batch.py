@@ -2,8 +2,8 @@
 
 A spawned worker spends about 0.7 CPU-s importing ingest before its first run, and a small run costs 30-50 ms,
 so workers pay off from a few dozen runs on idle cores; this process takes a share beside them (one worker on two
-cores); under the deployment's two concurrent range runs the
-workers of one compete with the other's, so they start only from MIN_RUNS_FOR_POOL runs. Measured on 2 cores
+cores); under the deployment's two concurrent range runs the workers of one compete with the other's, so they
+start only from MIN_RUNS_FOR_POOL runs. Measured on 2 cores
 (one process / two workers): 100 simulated runs 3.6 / 2.8-3.1 s, 230 real-log runs 6.3-6.5 / 4.2-4.9 s,
 1,000 simulated runs 32-41 / 16-19 s. A run larger than MAX_POOLED_BYTES is ingested in this process
 meanwhile: it parses on two threads already, and two at once in workers would hold two big runs' buffers.
