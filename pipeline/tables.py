@@ -78,14 +78,21 @@ TABLES = (
         ),
     ),
     Table(
-        "step_phases", "derived", "sql", ("runs", "log_lines", "step_metrics"),
+        "run_launches", "derived", "sql", ("runs", "log_lines"),
+        ("run_id", "launch_segment"),
+        "Per run: the resume segment its log's last launch begins with (0 where the log holds one run), the runs"
+        " earlier launches left in the same log, and the last launch's first step line.",
+        stand_in="run_id varchar, launch_segment integer, earlier_runs bigint, launch_first_line_no bigint",
+    ),
+    Table(
+        "step_phases", "derived", "sql", ("runs", "log_lines", "step_metrics", "run_launches"),
         ("run_id", "step", *TIMER_PHASES, "step_time", "bottleneck_phase"),
         "Per step: every verl timer, shares of the step, bottleneck and throughput.",
         stand_in="run_id varchar, step bigint, segment integer, "
                  + ", ".join(f'"{p}" double' for p in (*TIMER_PHASES, "step_time")) + ", bottleneck_phase varchar",
     ),
     Table(
-        "step_health", "derived", "sql", ("step_metrics",),
+        "step_health", "derived", "sql", ("step_metrics", "run_launches"),
         (),
         "Per step: reward, KL, entropy, losses, grad norm, lengths, memory.",
         stand_in=(
@@ -109,14 +116,15 @@ TABLES = (
         " logger's side file, and whether it is the driver log.",
     ),
     Table(
-        "run_progress", "derived", "sql", ("runs", "log_lines", "step_metrics", "step_phases", "run_files"),
+        "run_progress", "derived", "sql",
+        ("runs", "log_lines", "step_metrics", "step_phases", "run_files", "run_launches"),
         ("run_id", "last_step", "expected_steps", "reached_end", "progress_line_no", "began"),
         "Per run: how far it got, the driver-log line of its last progress, whether training began, verl's progress"
         " bar, and the runs an earlier launch left in the same log.",
         stand_in="run_id varchar, new_run_segment integer",
     ),
     Table(
-        "run_training", "derived", "sql", ("step_health", "run_progress"),
+        "run_training", "derived", "sql", ("step_health",),
         (),
         "Per run whose training collapsed or diverged and had not recovered by its last step: the outcome and its"
         " onset step, among the steps of the log's last launch.",
@@ -157,7 +165,8 @@ TABLES = (
     ),
     Table(
         "config_findings", "derived", "sql",
-        ("runs", "log_lines", "step_metrics", "step_health", "run_events", "run_summary", "config_checks"),
+        ("runs", "log_lines", "step_metrics", "run_launches", "step_health", "run_events", "run_summary",
+         "config_checks"),
         (),
         "Configuration problems the logs show, each with its evidence line.",
     ),
@@ -200,7 +209,7 @@ TABLES = (
     ),
     Table(
         "step_anomalies", "derived", "pipeline.detect.score_runs",
-        ("runs", "step_metrics", "step_phases", "step_health", "run_baselines", MODEL),
+        ("runs", "step_metrics", "run_launches", "step_phases", "step_health", "run_baselines", MODEL),
         ("run_id", "step", "is_anomaly", "score", "anomaly_class", "explanation"),
         "Every step scored by the fleet's model and the rules, with class, explanation and episode.",
         stand_in=(

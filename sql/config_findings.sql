@@ -144,7 +144,10 @@ signal_hits as (
     from step_metrics as m
     join step_signals as s on s.key = m.key
     join thresholds as t using (threshold_name)
+    -- the log's last launch (run_launches)
+    left join run_launches as la using (run_id)
     where isfinite(m.value) and m.value > t.threshold
+      and (m.segment < 0 or m.segment >= coalesce(la.launch_segment, 0))
 ),
 mem_fraction_hits as (
     select

@@ -62,21 +62,11 @@ trained as (
     group by all
 ),
 new_run as (
-    -- a segment that starts another run rather than resuming this one: the segment before it printed verl's
-    -- final validation (that run completed) and this one starts from its first step, not from a checkpoint.
-    -- The latest such segment begins the run the summary is about; the earlier runs are no part of its time
-    select s.run_id, max(s.segment) as segment, count(*) as earlier_runs,
-           arg_max(s.first_line_no, s.segment) as first_line_no
-    from (
-        select run_id, segment, min(line_no) as first_line_no,
-               min(try_cast(regexp_extract(text, 'step:(\d+) - ', 1) as bigint)) as first_step
-        from step_lines
-        group by all
-    ) as s
-    where s.segment > 0 and s.first_step <= 1 and exists (
-        select 1 from marked as m
-        where m.run_id = s.run_id and m.segment = s.segment - 1 and m.text like '%Final validation metrics%')
-    group by all
+    -- the log's last launch, where earlier runs completed before it in the same log: the run the summary is
+    -- about; the earlier runs are no part of its time
+    select run_id, launch_segment as segment, earlier_runs, launch_first_line_no as first_line_no
+    from run_launches
+    where launch_segment > 0
 ),
 new_run_start as (
     -- when the last run of a log that holds several began: its first clock

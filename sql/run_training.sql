@@ -2,7 +2,7 @@
 -- (`collapsed`: response length, entropy or reward fell far below the run's first steps; `diverged`:
 -- losses or gradients non-finite, or the gradient norm many times its first steps') and its onset step.
 -- A run whose curves look sound, or that logged too few steps to judge, has no row. In a log of several launches
--- only the last launch's steps count (run_progress's new_run_segment).
+-- only the last launch's steps count (step_health holds no other).
 -- Bound parameters: $thresholds STRUCT (pipeline/knowledge/derive_thresholds.toml).
 with params as (
     select unnest($thresholds)
@@ -15,11 +15,7 @@ health as (
                                                    and regexp_matches(k, 'loss|grad_norm|kl|entropy|score|reward')))
             > 0 as nonfinite,
         coalesce(grad_norm, pg_loss, entropy, kl_loss, vf_loss, score_mean, reward_mean) is not null as trained
-    from step_health as h
-    -- in a log that holds several launches, the last one's steps (its resumes too): an earlier run's collapse
-    -- is not this run's, and its step numbers start again
-    left join run_progress as p using (run_id)
-    where p.new_run_segment is null or h.segment >= p.new_run_segment
+    from step_health
 ),
 signal as (
     -- one row per (run, signal, step) where the step logged it

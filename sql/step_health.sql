@@ -35,8 +35,11 @@ with key_map(pattern, col, priority) as (
         ('training/epoch', 'epoch', 1)
 ),
 metrics as (
-    select run_id, step, key, value, segment
-    from step_metrics
+    -- the log's last launch (run_launches); the file logger's JSONL rows carry segment -1
+    select m.run_id, m.step, m.key, m.value, m.segment
+    from step_metrics as m
+    left join run_launches as la using (run_id)
+    where m.segment < 0 or m.segment >= coalesce(la.launch_segment, 0)
 ),
 resolved as (
     -- match the few distinct keys against the patterns, then join the many values by equality

@@ -33,9 +33,12 @@ with key_map(key, col, priority) as (
         ('perf/mfu/critic', 'mfu_critic', 1), ('mfu/critic', 'mfu_critic', 2)
 ),
 metrics as (
+    -- the log's last launch (run_launches); the file logger's JSONL rows carry segment -1
     select m.run_id, m.step, m.segment, m.file, m.line_no, k.col, k.priority, m.value
     from step_metrics as m
     join key_map as k on k.key = m.key
+    left join run_launches as la using (run_id)
+    where m.segment < 0 or m.segment >= coalesce(la.launch_segment, 0)
 ),
 picked as (
     select run_id, step, col, arg_min(value, priority) as value, max(segment) as segment,

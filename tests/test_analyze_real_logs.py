@@ -311,17 +311,25 @@ def test_a_run_of_one_step_gets_no_chart_of_one_point(analyzed_real_logs, real_l
     assert parse_html(html).find("p", id_="no-health-chart").text().startswith("One step was logged")
 
 
-def test_an_earlier_launchs_collapse_is_not_the_last_runs(tmp_path, real_logs_dir):
+def test_a_relaunched_log_is_reported_as_its_last_launch(tmp_path, real_logs_dir):
     """A log holding a run that collapsed (log 14: entropy and length, from step 8) and completed, then a new
-    launch stopped at step 5: the steps after 5 are the earlier run's, so the last run has no training outcome
-    (it said "collapsed from step 8", three steps after its last)."""
+    launch stopped at step 5: the steps after 5 are the earlier run's. The last run has no training outcome (it
+    said "collapsed from step 8", three steps after its last), and its per-step tables, anomalies, median step
+    and phase breakdown are its own five steps' (they drew the earlier run's 261)."""
     import re
+    import statistics
+
+    from report_fixtures import parse_html
 
     from pipeline.defs.analysis import analyze_archive
 
     first = next(real_logs_dir.glob("14_*.log")).read_text(errors="replace")
     lines = first.splitlines()
     cut = next(i for i, line in enumerate(lines) if re.search(r"\bstep:5 - ", line))
+    relaunch = [line for line in lines[: cut + 1] if re.search(r"\bstep:[1-5] - ", line)]
+    step_s = [float(re.search(r"timing_s/step:([0-9.]+)", line).group(1)) for line in relaunch]
+    reward_s = sum(float(re.search(r"timing_s/reward:([0-9.eE-]+)", line).group(1)) for line in relaunch)
+    assert len(step_s) == 5 and 0 < reward_s < 0.5
     archive = tmp_path / "archive"
     archive.mkdir()
     (archive / "relaunched.log").write_text(
@@ -331,4 +339,14 @@ def test_an_earlier_launchs_collapse_is_not_the_last_runs(tmp_path, real_logs_di
     con = connect(tmp_path / "warehouse")
     row = con.execute("select earlier_runs, last_step, training_outcome from run_summary").fetchone()
     assert row == (1, 5, None)
-    assert "collapsed" not in (tmp_path / "reports" / "runs" / "relaunched.html").read_text().lower()
+    assert con.execute("select list(step order by step) from step_phases").fetchone()[0] == [1, 2, 3, 4, 5]
+    assert con.execute("select max(step) from step_health").fetchone()[0] == 5
+    assert con.execute("select max(step) from step_anomalies").fetchone()[0] == 5
+    median = con.execute("select median_step_s from run_step_time").fetchone()[0]
+    assert abs(median - statistics.median(step_s)) < 1e-6
+    html = (tmp_path / "reports" / "runs" / "relaunched.html").read_text()
+    assert "collapsed" not in html.lower()
+    reward_row = next(r for r in parse_html(html).find("table", id_="phase-table").find_all("tr")
+                      if r.find_all("td") and r.find_all("td")[0].text().strip() == "reward")
+    # the phase's few milliseconds in all, not "0 s"
+    assert reward_row.find_all("td")[3].text().strip() == f"{reward_s:.2g} s"

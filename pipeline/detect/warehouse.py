@@ -84,10 +84,17 @@ def _step_frames(con, warehouse: str | Path, run_ids: list[str]) -> tuple[pd.Dat
 
 
 def read_metrics(con, warehouse: str | Path, run_ids: list[str]) -> pd.DataFrame | None:
-    """The runs' step_metrics rows (None when the lake has none)."""
-    data = _arrow(con, warehouse, "step_metrics", run_ids, "select run_id, step, key, value, segment from {source}")
+    """The runs' step_metrics rows of their logs' last launch (run_launches; None when the lake has none)."""
+    source = table_source(warehouse, "step_metrics", run_ids)
+    if source is None:
+        return None
+    launches = table_source(warehouse, "run_launches", run_ids)
+    scope = "" if launches is None else (
+        f" where segment < 0 or segment >= coalesce((select max(la.launch_segment) from {launches} as la"
+        " where la.run_id = m.run_id), 0)")
+    data = con.sql(f"select run_id, step, key, value, segment from {source} as m{scope}").to_arrow_table()
     # categories: a run id or key as one Python string per row was most of a chunk's memory
-    return None if data is None else data.to_pandas(strings_to_categorical=True)
+    return data.to_pandas(strings_to_categorical=True)
 
 
 def _read_runs(con, warehouse: str | Path) -> pd.DataFrame:

@@ -14,9 +14,12 @@ LOG_CLOCK = "log clock"
 
 
 def fmt_duration(seconds: Any) -> str:
-    """'2 h 14 m', '3 m 5 s', '42 s'; '–' when unknown."""
+    """'2 h 14 m', '3 m 5 s', '42 s', '0.87 s', '0.00087 s'; '–' when unknown."""
     if not isinstance(seconds, int | float) or not math.isfinite(seconds):
         return "–"
+    if 0 < abs(seconds) < 9.5:
+        # a phase of a few ms a step is not "0 s", nor 4.6 s "5 s"
+        return f"{_fmt_float(float(seconds), 2)} s"
     s = int(round(seconds))
     d, rem = divmod(s, 86400)
     h, rem = divmod(rem, 3600)

@@ -28,7 +28,7 @@ SIGNALS = (
      True),
 )
 # the per-step tables a run's signals and validation are read from, for it and its earlier peers
-TABLES = ("step_phases", "step_health", "step_metrics")
+TABLES = ("step_phases", "step_health", "step_metrics", "run_launches")
 VAL_CORE_RE = re.compile(r"^val-core/(?P<source>.+)/(?P<metric>[^/]+)/(?P<stat>mean@\d+)$")
 MAX_EARLIER = 10
 
@@ -145,8 +145,11 @@ def load_validation(con: duckdb.DuckDBPyConnection, peers: dict[str, Peers]) -> 
     """Per run, validation per data source (verl's val-core/<source>/<metric>/mean@n) against its group's."""
     if not columns(con, "step_metrics"):
         return {}
+    # each log's last launch (run_launches, where the warehouse has it): an earlier run in the same log is not this one
+    launch = ("left join run_launches as la using (run_id) where (m.segment < 0 or m.segment >= la.launch_segment "
+              "or la.launch_segment is null) and" if columns(con, "run_launches") else "where")
     found = by_run(rows(con, "select run_id, key, arg_min(value, step) as first, arg_max(value, step) as last, "
-                             "max(value) as best from step_metrics where list_contains($ids, run_id) "
+                             f"max(value) as best from step_metrics as m {launch} list_contains($ids, run_id) "
                              "and key like 'val-core/%' and isfinite(value) group by all order by key, run_id",
                         {"ids": compared_runs(peers)}), drop=False)
     return {rid: _validation(found, rid, of.run_ids) for rid, of in peers.items()}
