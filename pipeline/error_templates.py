@@ -79,12 +79,14 @@ def new_signatures(warehouse: str | Path, day: date, days: int = NEW_DAYS) -> li
 
 def caught_errors_of_run(warehouse: str | Path, run_id: str, limit: int = 5) -> list[dict[str, Any]]:
     """A run's error lines by template (error_templates), most lines first: for a run no error ended, the
-    errors it logged and went on from."""
+    errors it logged and went on from (not the template of its root-cause line: a Ctrl-C's KeyboardInterrupt
+    stopped it)."""
     try:
         return _query(
             warehouse,
             "select template, r.n_lines, r.first_file, r.first_line_no from {table}, unnest(lines_by_run) as u(r)"
-            " where kind = 'error' and r.run_id = $run order by r.n_lines desc, r.first_line_no limit $limit",
+            " where kind = 'error' and r.run_id = $run and not list_contains(root_cause_of, $run)"
+            " order by r.n_lines desc, r.first_line_no limit $limit",
             {"run": run_id, "limit": limit},
         )
     except duckdb.BinderException:  # a warehouse derived before error_templates had lines_by_run

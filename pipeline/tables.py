@@ -81,15 +81,19 @@ TABLES = (
         "run_launches", "derived", "sql", ("runs", "log_lines"),
         ("run_id", "launch_segment"),
         "Per run: the resume segment its log's last launch begins with (0 where the log holds one run), the runs"
-        " earlier launches left in the same log, and the last launch's first step line.",
-        stand_in="run_id varchar, launch_segment integer, earlier_runs bigint, launch_first_line_no bigint",
+        " earlier launches left in the same log, and the last launch's first step line and its file.",
+        stand_in=(
+            "run_id varchar, launch_segment integer, earlier_runs bigint, launch_first_line_no bigint,"
+            " launch_file varchar"
+        ),
     ),
     Table(
         "step_phases", "derived", "sql", ("runs", "log_lines", "step_metrics", "run_launches"),
         ("run_id", "step", *TIMER_PHASES, "step_time", "bottleneck_phase"),
         "Per step: every verl timer, shares of the step, bottleneck and throughput.",
         stand_in="run_id varchar, step bigint, segment integer, "
-                 + ", ".join(f'"{p}" double' for p in (*TIMER_PHASES, "step_time")) + ", bottleneck_phase varchar",
+                 + ", ".join(f'"{p}" double' for p in (*TIMER_PHASES, "step_time"))
+                 + ", bottleneck_phase varchar, step_ts timestamp",
     ),
     Table(
         "step_health", "derived", "sql", ("step_metrics", "run_launches"),
@@ -105,8 +109,8 @@ TABLES = (
         ("run_id", "file", "line_no", "event_class", "component", "message"),
         "Every error and warning with its class, component, step and phase.",
         stand_in=(
-            "run_id varchar, file varchar, line_no bigint, kind varchar, event_class varchar, message varchar,"
-            " ts timestamp, order_ts timestamp"
+            "run_id varchar, file varchar, line_no bigint, segment integer, kind varchar, event_class varchar,"
+            " message varchar, ts timestamp, order_ts timestamp"
         ),
     ),
     Table(
@@ -202,7 +206,7 @@ TABLES = (
         "Phase shares and step times by config group (as run_baselines names it).",
     ),
     Table(
-        "error_templates", "fleet", "sql", ("runs", "run_events", "run_summary"),
+        "error_templates", "fleet", "sql", ("runs", "run_events", "run_launches", "run_summary"),
         ("template", "n_runs", "n_lines", "first_seen", "last_seen", "example", "known"),
         "Error and warning lines of every run mined into templates (Drain3), with runs, lines, first and last"
         " seen, an example, and whether a rule names them.",

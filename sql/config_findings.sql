@@ -147,7 +147,7 @@ signal_hits as (
     -- the log's last launch (run_launches)
     left join run_launches as la using (run_id)
     where isfinite(m.value) and m.value > t.threshold
-      and (m.segment < 0 or m.segment >= coalesce(la.launch_segment, 0))
+      and (m.segment < 0 or m.segment >= la.launch_segment or m.file is distinct from la.launch_file)
 ),
 mem_fraction_hits as (
     select

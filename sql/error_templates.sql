@@ -4,10 +4,11 @@
 -- `known`: a run_events pattern gives some line of the template a class of its own (not error_other or
 -- warning_other). `seen_at`: the line's time, else the latest earlier in its file, else its run's.
 -- `root_cause_of`: the runs whose root-cause line (run_summary) is one of the template's lines.
--- `lines_by_run`: per run, its lines of the template and the first of them.
+-- `lines_by_run`: per run, its lines of the template and the first of them, in its log's last launch (run_launches:
+-- a run report is about the last of the runs a log holds).
 with lines as (
     select
-        e.run_id, e.file, e.line_no, e.kind, e.event_class, e.message, t.template,
+        e.run_id, e.file, e.line_no, e.segment, e.kind, e.event_class, e.message, t.template,
         e.event_class not in ('error_other', 'warning_other') as named,
         coalesce(e.ts, e.order_ts, r.last_ts, r.mtime, r.ingested_at) as seen_at
     from run_events as e
@@ -19,7 +20,10 @@ per_run as (
     select template, list({'run_id': run_id, 'n_lines': n, 'first_file': f, 'first_line_no': ln}
                           order by run_id) as lines_by_run
     from (select template, run_id, count(*) as n, arg_min(file, line_no) as f, min(line_no) as ln
-          from lines group by all)
+          from lines as l
+          left join run_launches as la using (run_id)
+          where l.segment >= la.launch_segment or l.file is distinct from la.launch_file
+          group by all)
     group by all
 ),
 roots as (

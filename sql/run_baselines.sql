@@ -4,26 +4,34 @@
 -- across batch sizes and GPU counts. Ratios above 1 mean this run is slower / spends more of its step.
 -- This is the one place a run's config group is named: fleet_config_groups and the reports read it here.
 with throughput as (
-    select run_id, median(throughput) as throughput, median(mfu_actor) as mfu_actor
+    select run_id, median(throughput) as throughput, median(mfu_actor) as mfu_actor,
+           -- a clock came before its first step: the log's first clock is its start-up's, not a later line's
+           min(step) filter (where step_ts is not null) = min(step) as clocked_from_start
     from step_phases
     group by all
 ),
 run as (
     select
-        s.run_id,
+        run_id,
         -- verl's default names (trainer.project_name verl_examples, trainer.experiment_name gsm8k) say nothing
         -- about a run: runs that kept them are no experiment together
         case when not (coalesce(project_name, 'verl_examples') = 'verl_examples' and experiment_name = 'gsm8k')
              then experiment_name end as experiment_name,
         failure_class, last_step, expected_steps, goodput, bottleneck_phase,
         median_step_s, share_gen, share_old_log_prob, share_update_actor, share_other,
-        t.throughput, t.mfu_actor,
+        throughput, mfu_actor,
         coalesce(first_ts, mtime, ingested_at) as started_at,
         -- the log printed no time, or a last time over a day past its file's last change (a host clock set
-        -- ahead, not a time zone): the end is the archive file's modification (or ingest) time
-        case when last_ts > mtime + interval 1 day then mtime else coalesce(last_ts, mtime, ingested_at) end
-            as ended_at,
+        -- ahead, not a time zone): the end is the archive file's modification (or ingest) time. A log whose
+        -- clocks stop well before its steps do (only start-up's lines carry one): its first clock plus the time
+        -- verl's step timers measured, where a clock came before its first step
+        case when last_ts > mtime + interval 1 day then mtime
+             when timers_end > last_ts + interval 10 minute then timers_end
+             else coalesce(last_ts, mtime, ingested_at) end as ended_at,
         last_ts is null or last_ts > mtime + interval 1 day as ended_by_file_time,
+        coalesce(not last_ts > mtime + interval 1 day and timers_end > last_ts + interval 10 minute, false)
+            as ended_by_timers,
+        last_ts,
         -- the model by its name, wherever its files were: /mnt/hf/Qwen2.5-7B and Qwen/Qwen2.5-7B are one model
         nullif(regexp_extract(rtrim(model_path, '/'), '[^/]+$'), '') as model,
         adv_estimator as algorithm,
@@ -32,8 +40,13 @@ run as (
         ppo_mini_batch_size,
         n_gpus_per_node * coalesce(nnodes, 1) as n_gpus,
         rollout_engine
-    from run_summary as s
-    left join throughput as t using (run_id)
+    from (
+        select s.*, t.throughput, t.mfu_actor,
+               case when t.clocked_from_start then s.first_ts + to_microseconds((s.wall_time_s * 1e6)::bigint) end
+                   as timers_end
+        from run_summary as s
+        left join throughput as t using (run_id)
+    )
 ),
 grouped as (
     -- a run whose log does not name its model is compared with nothing: unknown settings are not the same
@@ -82,7 +95,8 @@ baselines as (
 )
 select
     run_id, experiment_name, config_group, model_setup, model, algorithm, rollout_n, train_batch_size,
-    ppo_mini_batch_size, n_gpus, rollout_engine, started_at, ended_at, ended_by_file_time, failure_class, last_step,
+    ppo_mini_batch_size, n_gpus, rollout_engine, started_at, ended_at, ended_by_file_time, ended_by_timers, last_ts,
+    failure_class, last_step,
     expected_steps, goodput, bottleneck_phase, median_step_s, throughput, mfu_actor,
     exp_prior_runs,
     exp_median_step_s,

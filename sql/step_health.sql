@@ -39,7 +39,7 @@ metrics as (
     select m.run_id, m.step, m.key, m.value, m.segment
     from step_metrics as m
     left join run_launches as la using (run_id)
-    where m.segment < 0 or m.segment >= coalesce(la.launch_segment, 0)
+    where m.segment < 0 or m.segment >= la.launch_segment or m.file is distinct from la.launch_file
 ),
 resolved as (
     -- match the few distinct keys against the patterns, then join the many values by equality

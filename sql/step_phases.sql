@@ -38,7 +38,7 @@ metrics as (
     from step_metrics as m
     join key_map as k on k.key = m.key
     left join run_launches as la using (run_id)
-    where m.segment < 0 or m.segment >= coalesce(la.launch_segment, 0)
+    where m.segment < 0 or m.segment >= la.launch_segment or m.file is distinct from la.launch_file
 ),
 picked as (
     select run_id, step, col, arg_min(value, priority) as value, max(segment) as segment,

@@ -99,6 +99,9 @@ def write_run(warehouse: Path, spec: RunSpec, only: tuple[str, ...] | None = Non
     cols["total_tokens"] = np.full(n, 250_000.0)
     cols["throughput"] = cols["total_tokens"] / (step_time * spec.n_gpus_per_node)
     cols["mfu_actor"] = np.full(n, spec.mfu_actor)
+    first_clock = spec.ended_at - timedelta(seconds=float(np.nansum(step_time)))
+    cols["step_ts"] = np.array([first_clock + timedelta(seconds=float(c)) for c in np.cumsum(step_time)],
+                               dtype="datetime64[us]")
     # a timer the run did not log is NULL in step_phases, as the SQL writes it (NaN is a logged NaN)
     put("step_phases", pa.table({k: pa.array(v, from_pandas=True) for k, v in cols.items()}))
 

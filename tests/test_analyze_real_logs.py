@@ -350,3 +350,37 @@ def test_a_relaunched_log_is_reported_as_its_last_launch(tmp_path, real_logs_dir
                       if r.find_all("td") and r.find_all("td")[0].text().strip() == "reward")
     # the phase's few milliseconds in all, not "0 s"
     assert reward_row.find_all("td")[3].text().strip() == f"{reward_s:.2g} s"
+
+
+def test_a_relaunched_real_logs_report_is_about_its_last_run(analyzed_real_logs, real_logs_dir):
+    """Log 07 holds a completed run, then a relaunch stopped at step 94 whose clocks stop at its start-up: the
+    caught errors its report lists are the last run's (it listed the earlier run's worker death, line 2,844),
+    and it ended at its first clock plus its steps' timers (8 h 46 m), not at its last clock three minutes in."""
+    import re
+    from datetime import datetime, timedelta
+
+    from report_fixtures import parse_html
+
+    # numbered as verl-health numbers them, by "\n" (the log's tqdm bars hold carriage returns)
+    lines = next(real_logs_dir.glob("07_*.log")).read_text(errors="replace").split("\n")
+    boundary = max(n for n, line in enumerate(lines, 1) if "Final validation metrics" in line)
+    last_run = lines[boundary:]
+    clock = next(m for line in last_run if (m := re.search(r"WARNING (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ", line)))
+    started = datetime(2025, *(int(g) for g in clock.groups()))
+    # a step's wall time is verl's step timer plus its validation and checkpoint, which run after it closes
+    steps_s = sum(float(t) for line in last_run
+                  for t in re.findall(r"timing_s/(?:step|testing|save_checkpoint):([0-9.]+)", line))
+    assert steps_s > 8 * 3600
+
+    run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith("07_"))
+    html = (analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8")
+    page = parse_html(html)
+    times = page.find("span", id_="run-times").text()
+    assert f"started {started:%Y-%m-%d %H:%M}" in times, times
+    assert f"ended about {started + timedelta(seconds=steps_s):%Y-%m-%d %H:%M}" in times, times
+    # what stopped it (its label's KeyboardInterrupt) is no error it went on from, nor is the earlier run's
+    stop = max(n for n, line in enumerate(lines, 1) if line.strip() == "KeyboardInterrupt")
+    cited = [int(span.text().rsplit(":", 1)[1]) for div in page.find_all("div", id_="caught-errors")
+             for span in div.find_all("span", cls="mono") if re.fullmatch(r"\S+:\d+", span.text())]
+    assert all(boundary < n != stop for n in cited), (cited, boundary, stop)
+    assert "KeyboardInterrupt</span> (non-fatal)" not in html

@@ -90,9 +90,9 @@ def read_metrics(con, warehouse: str | Path, run_ids: list[str]) -> pd.DataFrame
         return None
     launches = table_source(warehouse, "run_launches", run_ids)
     scope = "" if launches is None else (
-        f" where segment < 0 or segment >= coalesce((select max(la.launch_segment) from {launches} as la"
-        " where la.run_id = m.run_id), 0)")
-    data = con.sql(f"select run_id, step, key, value, segment from {source} as m{scope}").to_arrow_table()
+        f" left join {launches} as la using (run_id)"
+        " where m.segment < 0 or m.segment >= la.launch_segment or m.file is distinct from la.launch_file")
+    data = con.sql(f"select m.run_id, m.step, m.key, m.value, m.segment from {source} as m{scope}").to_arrow_table()
     # categories: a run id or key as one Python string per row was most of a chunk's memory
     return data.to_pandas(strings_to_categorical=True)
 

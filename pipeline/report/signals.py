@@ -145,9 +145,9 @@ def load_validation(con: duckdb.DuckDBPyConnection, peers: dict[str, Peers]) -> 
     """Per run, validation per data source (verl's val-core/<source>/<metric>/mean@n) against its group's."""
     if not columns(con, "step_metrics"):
         return {}
-    # each log's last launch (run_launches, where the warehouse has it): an earlier run in the same log is not this one
+    # each log's last launch (run_launches, where the warehouse has it): an earlier run in the same log is not it
     launch = ("left join run_launches as la using (run_id) where (m.segment < 0 or m.segment >= la.launch_segment "
-              "or la.launch_segment is null) and" if columns(con, "run_launches") else "where")
+              "or m.file is distinct from la.launch_file) and" if columns(con, "run_launches") else "where")
     found = by_run(rows(con, "select run_id, key, arg_min(value, step) as first, arg_max(value, step) as last, "
                              f"max(value) as best from step_metrics as m {launch} list_contains($ids, run_id) "
                              "and key like 'val-core/%' and isfinite(value) group by all order by key, run_id",
