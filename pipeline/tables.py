@@ -162,6 +162,13 @@ TABLES = (
         "One row per run: failure class, last step, root cause line, bottleneck, goodput.",
     ),
     Table(
+        "run_facts", "derived", "sql", ("log_lines", "step_phases", "step_health", "run_summary"),
+        ("run_id", "device", "engine", "has_critic", "has_ref"),
+        "Per run: the device it ran on, its rollout engine and whether it had a critic and a reference policy, from"
+        " its config, else its log and metrics.",
+        stand_in="run_id varchar, device varchar, engine varchar, has_critic boolean, has_ref boolean",
+    ),
+    Table(
         "config_checks", "derived", "sql", ("runs",),
         ("run_id", "finding", "severity", "setting", "message"),
         "Per setting check a run's config fails (batch sizes that do not divide, grad clip off, a wide clip ratio,"
@@ -229,8 +236,7 @@ TABLES = (
         " 2 anomalous or slower, 3 fine).",
     ),
     Table(
-        "run_advice", "derived", "sql",
-        ("log_lines", "step_phases", "step_health", "run_summary", "config_findings", "step_anomalies"),
+        "run_advice", "derived", "sql", ("run_summary", "run_facts", "config_findings", "step_anomalies"),
         ("run_id", "episode_id", "rank", "kind", "setting", "current_value", "suggested_value", "why", "source"),
         "Every piece of advice the reports show: per run that did not complete and per anomaly episode, each"
         " configuration or environment change to try from the run's own value, or a check where no change follows.",

@@ -1,7 +1,7 @@
 -- Every piece of advice the reports show: per run that did not complete (episode_id null: how it ended) and
 -- per anomaly episode of step_anomalies, each configuration or environment change to try, from the run's own
 -- value, or a check (what to look at) where no change follows. A rule applies only where the run has what it
--- names: its roles (a critic, a reference policy), its rollout engine, its device.
+-- names (run_facts): its roles (a critic, a reference policy), its rollout engine, its device.
 -- Bound parameters: $rules STRUCT[] (pipeline/knowledge/run_advice.toml), $config_keys
 -- VARCHAR[] (every config key it reads) and $config_paths VARCHAR[] (their JSON paths).
 with rule as (
@@ -16,59 +16,10 @@ run as (
                                       list_transform($config_keys, lambda k: null::varchar))) as config
     from run_summary
 ),
-seen as (
-    -- what the log itself says about the device and the rollout engine, read only for a run whose config dump
-    -- does not say both (every line's text of a 300 MB log costs seconds), and only on the lines one pass of
-    -- a single regex keeps (no line it drops counts below)
-    select
-        run_id,
-        bool_or(text like '%PJRT_DEVICE%' or text like '%libtpu%' or text like '%torch_xla%') as tpu,
-        bool_or(text like '%torch_npu%' or text like '%Ascend%' or text like '%HCCL%') as npu,
-        count(*) filter (where text ilike '%sglang%') as sglang_lines,
-        count(*) filter (where text ilike '%vllm%') as vllm_lines
-    from log_lines
-    where run_id in (select run_id from run
-                     where config['trainer.device'] is null
-                        or not (lower(config['actor_rollout_ref.rollout.name']) like 'sglang%'
-                                or lower(config['actor_rollout_ref.rollout.name']) like 'vllm%'))
-      and regexp_matches(text, '(?i)sglang|vllm|PJRT_DEVICE|libtpu|torch_xla|torch_npu|Ascend|HCCL')
-    group by all
-),
-logged as (
-    -- the roles the run's own metrics and timers show
-    select run_id, bool_or(vf_loss is not null) as critic_metrics, bool_or(kl_loss is not null) as ref_metrics
-    from step_health
-    group by all
-),
-timed as (
-    select run_id, bool_or(update_critic is not null or "values" is not null) as critic_timed,
-           bool_or(ref is not null) as ref_timed
-    from step_phases
-    group by all
-),
 facts as (
-    select
-        r.*,
-        coalesce(
-            lower(r.config['trainer.device']),
-            case when s.tpu then 'tpu' when s.npu then 'npu' end,
-            'cuda') as device,
-        coalesce(
-            case when lower(r.config['actor_rollout_ref.rollout.name']) like 'sglang%' then 'sglang'
-                 when lower(r.config['actor_rollout_ref.rollout.name']) like 'vllm%' then 'vllm' end,
-            case when s.sglang_lines > s.vllm_lines then 'sglang' when s.vllm_lines > 0 then 'vllm' end) as engine,
-        coalesce(
-            case lower(r.config['critic.enable']) when 'true' then true when 'false' then false end,
-            lower(r.config['algorithm.adv_estimator']) = 'gae',
-            l.critic_metrics or t.critic_timed or r.failure_phase in ('update_critic', 'values'),
-            false) as has_critic,
-        coalesce(lower(r.config['actor_rollout_ref.actor.use_kl_loss']) = 'true', false)
-            or coalesce(lower(r.config['algorithm.use_kl_in_reward']) = 'true', false)
-            or coalesce(l.ref_metrics, false) or coalesce(t.ref_timed, false) or r.failure_phase = 'ref' as has_ref
+    select r.*, f.device, f.engine, f.has_critic, f.has_ref
     from run as r
-    left join seen as s using (run_id)
-    left join logged as l using (run_id)
-    left join timed as t using (run_id)
+    left join run_facts as f using (run_id)
 ),
 findings as (
     select run_id, list(distinct finding) as findings

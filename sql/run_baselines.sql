@@ -31,6 +31,10 @@ run as (
         last_ts is null or last_ts > mtime + interval 1 day as ended_by_file_time,
         coalesce(not last_ts > mtime + interval 1 day and timers_end > last_ts + interval 10 minute, false)
             as ended_by_timers,
+        -- the time it ran (a stall's included) reaches well past its clocks, and nothing dates its end: its
+        -- last clock is only when it was last seen
+        coalesce(not last_ts > mtime + interval 1 day and timers_end is null
+                 and wall_time_s > epoch(last_ts - first_ts) + 600, false) as outran_clocks,
         last_ts,
         -- the model by its name, wherever its files were: /mnt/hf/Qwen2.5-7B and Qwen/Qwen2.5-7B are one model
         nullif(regexp_extract(rtrim(model_path, '/'), '[^/]+$'), '') as model,
@@ -95,7 +99,7 @@ baselines as (
 )
 select
     run_id, experiment_name, config_group, model_setup, model, algorithm, rollout_n, train_batch_size,
-    ppo_mini_batch_size, n_gpus, rollout_engine, started_at, ended_at, ended_by_file_time, ended_by_timers, last_ts,
+    ppo_mini_batch_size, n_gpus, rollout_engine, started_at, ended_at, ended_by_file_time, ended_by_timers, outran_clocks, last_ts,
     failure_class, last_step,
     expected_steps, goodput, bottleneck_phase, median_step_s, throughput, mfu_actor,
     exp_prior_runs,

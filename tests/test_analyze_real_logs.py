@@ -384,3 +384,39 @@ def test_a_relaunched_real_logs_report_is_about_its_last_run(analyzed_real_logs,
              for span in div.find_all("span", cls="mono") if re.fullmatch(r"\S+:\d+", span.text())]
     assert all(boundary < n != stop for n in cited), (cited, boundary, stop)
     assert "KeyboardInterrupt</span> (non-fatal)" not in html
+
+
+def test_a_run_that_outlasts_its_clocks_is_not_said_to_have_ended_at_the_last(analyzed_real_logs, real_logs_dir):
+    """Log 30 retried a refused retriever 268 times, about 44 minutes of backoff (its label), after its last
+    clock: its report said it ended at that clock, 49 s after it started. It now says what the clocks span."""
+    import re
+
+    from report_fixtures import parse_html
+
+    text = next(real_logs_dir.glob("30_*.log")).read_text(errors="replace")
+    stamps = sorted(re.findall(r"\b(20\d\d-\d\d-\d\d \d\d:\d\d):\d\d\b", text))
+    backoff_s = sum(float(s) for s in re.findall(r"Connection refused\"\)\)\. Retrying in ([0-9.]+)s", text))
+    assert backoff_s > 40 * 60
+    run_id = next(r for r in analyzed_real_logs.outcome.run_ids if r.startswith("30_"))
+    html = (analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8")
+    times = parse_html(html).find("span", id_="run-times").text()
+    assert "ended" not in times, times
+    assert f"the log's clocks run from {stamps[0]}" in times and f"to {stamps[-1]} log clock" in times, times
+    ran = re.search(r"the (\d+) m (\d+) s it ran outlast them", times)
+    assert ran and abs(int(ran.group(1)) * 60 + int(ran.group(2)) - backoff_s) < 120, times
+
+
+def test_the_hours_a_run_lost_are_its_own_devices(analyzed_real_logs):
+    """Logs 11 and 12 ran verl's TPU port (their names say so): their reports count TPU-hours, every other
+    real log's GPU-hours."""
+    from report_fixtures import parse_html
+
+    labels = {}
+    for run_id in analyzed_real_logs.outcome.run_ids:
+        page = parse_html((analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8"))
+        card = next(c for c in page.find_all("div", cls="card") if c.find_all("div", id_="gpu-hours-lost"))
+        labels[run_id] = card.find("div", cls="label").text()
+    tpu = {r for r in labels if "_tpu_" in r}
+    assert len(tpu) == 2
+    assert {labels[r] for r in tpu} == {"TPU-hours lost"}
+    assert {labels[r] for r in labels if r not in tpu} == {"GPU-hours lost"}

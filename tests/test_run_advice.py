@@ -45,9 +45,15 @@ def write_run(warehouse, run_id: str, failure_class: str, phase: str | None, cfg
         "finding": pa.array(list(findings), pa.string())}))
 
 
+def derive_advice(warehouse, run_ids: list[str]) -> None:
+    """run_advice of the runs, after the run_facts it reads (their device, engine and roles)."""
+    derive.derive_run_table(warehouse, "run_facts", run_ids)
+    derive.derive_run_table(warehouse, "run_advice", run_ids)
+
+
 def advice(warehouse, run_ids: list[str]) -> dict[str, list[tuple]]:
     """Per run: (setting, current_value, suggested_value) in rank order."""
-    derive.derive_run_table(warehouse, "run_advice", run_ids)
+    derive_advice(warehouse, run_ids)
     con = connect(warehouse)
     got: dict[str, list[tuple]] = {r: [] for r in run_ids}
     for rid, setting, current, suggested in con.execute(
@@ -130,7 +136,7 @@ def test_nccl_advice_quotes_rank_op_and_timeout(tmp_path):
     cause = ("[Rank 7] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4486, OpType=ALLTOALL, "
              "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.")
     write_run(tmp_path, "r", "nccl_timeout", "update_weights", config(), cause)
-    derive.derive_run_table(tmp_path, "run_advice", ["r"])
+    derive_advice(tmp_path, ["r"])
     whys = [w for (w,) in connect(tmp_path).execute("select why from run_advice order by rank").fetchall()]
     assert "rank 7 timed out in ALLTOALL after 600 s" in whys[0]
 
@@ -216,7 +222,7 @@ def write_lines(warehouse, run_id: str, lines: list[str]) -> None:
 
 def rows_of(warehouse, run_ids: list[str]) -> dict[str, list[dict]]:
     """Per run: every run_advice row, run level first, in rank order."""
-    derive.derive_run_table(warehouse, "run_advice", run_ids)
+    derive_advice(warehouse, run_ids)
     con = connect(warehouse)
     got: dict[str, list[dict]] = {r: [] for r in run_ids}
     cur = con.execute("select * from run_advice order by run_id, episode_id nulls first, rank")

@@ -45,6 +45,7 @@ class RunReportData:
     baseline: dict[str, Any]
     earlier_runs: list[dict[str, Any]]
     run_advice: list[dict[str, Any]] = field(default_factory=list)
+    setup: dict[str, Any] = field(default_factory=dict)  # run_facts: its device, engine and roles
     peers: signals.Peers = field(default_factory=lambda: signals.Peers("config group", None, []))
     signals: list[signals.Signal] = field(default_factory=list)
     validation: list[signals.Validation] = field(default_factory=list)
@@ -106,6 +107,7 @@ class _Batch:
         self.phases = series(con, "step_phases", run_ids)
         self.health = series(con, "step_health", run_ids)
         self.baselines = firsts(con, "run_baselines", run_ids)
+        self.setups = firsts(con, "run_facts", run_ids)
         self.earlier_runs = _earlier_runs(con, run_ids)
         self.signals = signals.load_signals(con, peers)
         self.validation = signals.load_validation(con, peers)
@@ -133,6 +135,7 @@ class _Batch:
             anomaly_steps=anomaly_steps,
             episodes=episodes,
             baseline=self.baselines.get(run_id, {}),
+            setup=self.setups.get(run_id, {}),
             earlier_runs=self.earlier_runs.get(run_id, []),
             run_advice=run_advice,
             peers=self.peers[run_id],
