@@ -163,10 +163,11 @@ TABLES = (
     ),
     Table(
         "run_facts", "derived", "sql", ("log_lines", "step_phases", "step_health", "run_summary"),
-        ("run_id", "device", "engine", "has_critic", "has_ref"),
-        "Per run: the device it ran on, its rollout engine and whether it had a critic and a reference policy, from"
-        " its config, else its log and metrics.",
-        stand_in="run_id varchar, device varchar, engine varchar, has_critic boolean, has_ref boolean",
+        ("run_id", "device", "accelerator", "engine", "has_critic", "has_ref"),
+        "Per run: the device it ran on (and its name in the reports: GPU, TPU, NPU), its rollout engine and whether"
+        " it had a critic and a reference policy, from its config, else its log and metrics.",
+        stand_in="run_id varchar, device varchar, accelerator varchar, engine varchar, has_critic boolean,"
+                 " has_ref boolean",
     ),
     Table(
         "config_checks", "derived", "sql", ("runs",),
@@ -199,7 +200,7 @@ TABLES = (
         "Runs per week with failure counts and week-over-week change.",
     ),
     Table(
-        "run_baselines", "fleet", "sql", ("run_summary", "step_phases"),
+        "run_baselines", "fleet", "sql", ("run_summary", "step_phases", "run_facts"),
         (),
         "Each run's config group, and the run against earlier runs of its experiment, config group and model setup.",
         stand_in=(

@@ -1,6 +1,6 @@
 -- Each run against the runs that ended before it: of the same experiment; of the same config group, the
--- settings that fix a step's work (model, algorithm, rollout n, batch and mini-batch size, GPUs, rollout
--- engine); and of the same model setup (model, algorithm, engine), whose tokens per second per GPU compare
+-- settings that fix a step's work (model, algorithm, rollout n, batch and mini-batch size, GPUs or TPUs or NPUs,
+-- rollout engine); and of the same model setup (model, algorithm, engine), whose tokens per second per GPU compare
 -- across batch sizes and GPU counts. Ratios above 1 mean this run is slower / spends more of its step.
 -- This is the one place a run's config group is named: fleet_config_groups and the reports read it here.
 with throughput as (
@@ -43,13 +43,16 @@ run as (
         train_batch_size,
         ppo_mini_batch_size,
         n_gpus_per_node * coalesce(nnodes, 1) as n_gpus,
+        -- a TPU run's step is not a GPU run's: its devices are named in its group
+        coalesce(accelerator, 'GPU') as accelerator,
         rollout_engine
     from (
-        select s.*, t.throughput, t.mfu_actor,
+        select s.*, t.throughput, t.mfu_actor, f.accelerator,
                case when t.clocked_from_start then s.first_ts + to_microseconds((s.wall_time_s * 1e6)::bigint) end
                    as timers_end
         from run_summary as s
         left join throughput as t using (run_id)
+        left join (select run_id, accelerator from run_facts) as f using (run_id)
     )
 ),
 grouped as (
@@ -59,7 +62,8 @@ grouped as (
         case when model is not null then concat_ws(' · ', model, coalesce(algorithm, '?'),
             'n=' || coalesce(rollout_n::varchar, '?'),
             'batch ' || coalesce(train_batch_size::varchar, '?') || '/' || coalesce(ppo_mini_batch_size::varchar, '?'),
-            coalesce(n_gpus::varchar, '?') || ' GPUs', coalesce(rollout_engine, '?')) end as config_group,
+            coalesce(n_gpus::varchar, '?') || ' ' || accelerator || case when n_gpus = 1 then '' else 's' end,
+            coalesce(rollout_engine, '?')) end as config_group,
         case when model is not null then concat_ws(' · ', model, coalesce(algorithm, '?'), coalesce(rollout_engine, '?'))
         end as model_setup
     from run

@@ -1,5 +1,5 @@
 -- One row per run: what it ran on and with, as its config dump says, else as its log and its metrics show: the
--- device (cuda, tpu, npu), the rollout engine (vllm, sglang; null where nothing names one), and whether it had a
+-- device (cuda, tpu, npu; its name in the reports: GPU, TPU, NPU), the rollout engine (vllm, sglang; null where nothing names one), and whether it had a
 -- critic and a reference policy. run_advice applies a rule only where the run has what the rule names; the reports
 -- count the device's hours under its own name.
 with run as (
@@ -49,6 +49,9 @@ timed as (
 select
     r.run_id,
     coalesce(r.device, case when s.tpu then 'tpu' when s.npu then 'npu' end, 'cuda') as device,
+    -- what the reports call one of its devices (a TPU's hours are no GPU-hours)
+    case coalesce(r.device, case when s.tpu then 'tpu' when s.npu then 'npu' end)
+        when 'tpu' then 'TPU' when 'npu' then 'NPU' else 'GPU' end as accelerator,
     coalesce(
         case when r.rollout_name like 'sglang%' then 'sglang' when r.rollout_name like 'vllm%' then 'vllm' end,
         case when s.sglang_lines > s.vllm_lines then 'sglang' when s.vllm_lines > 0 then 'vllm' end) as engine,

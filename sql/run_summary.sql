@@ -145,8 +145,9 @@ select
     tu.wall_time_s,
     case when tu.wall_time_s > 0 then least(tu.kept_s / tu.wall_time_s, 1) end as goodput,
     -- the run's time that no checkpoint kept, on every GPU it held (a completed run or one still going lost
-    -- none); null where the log says neither its time nor its GPUs
-    case when v.failure_class in ('completed', 'no_outcome') then 0
+    -- none, but the steps after a training collapse that had not recovered); null where the log says neither its
+    -- time nor its GPUs
+    case when v.failure_class in ('completed', 'no_outcome') and t.training_outcome is null then 0
          else greatest(tu.wall_time_s - coalesce(tu.kept_s, 0), 0) * r.n_gpus_per_node * coalesce(r.nnodes, 1) / 3600
     end as gpu_hours_lost,
     tu.last_checkpoint_step,

@@ -408,7 +408,7 @@ def test_a_run_that_outlasts_its_clocks_is_not_said_to_have_ended_at_the_last(an
 
 def test_the_hours_a_run_lost_are_its_own_devices(analyzed_real_logs):
     """Logs 11 and 12 ran verl's TPU port (their names say so): their reports count TPU-hours, every other
-    real log's GPU-hours."""
+    real log's GPU-hours, and their config groups count TPUs."""
     from report_fixtures import parse_html
 
     labels = {}
@@ -420,3 +420,36 @@ def test_the_hours_a_run_lost_are_its_own_devices(analyzed_real_logs):
     assert len(tpu) == 2
     assert {labels[r] for r in tpu} == {"TPU-hours lost"}
     assert {labels[r] for r in labels if r not in tpu} == {"GPU-hours lost"}
+    # and a TPU run's config group is no GPU run's (both dumps say n_tpus_per_node 1)
+    groups = dict(connect(analyzed_real_logs.warehouse).execute(
+        "select run_id, config_group from run_baselines where config_group is not null").fetchall())
+    assert all(" · 1 TPU · " in groups[r] for r in tpu), groups
+    assert not any("TPU" in g for r, g in groups.items() if r not in tpu)
+
+
+def test_a_log_without_a_clock_is_not_said_to_start_when_its_file_changed(analyzed_real_logs, real_logs_dir):
+    """Logs that print no time at all (not even a year-less vLLM stamp): their reports said 'started' and
+    'ended' at the file's modification time, a minute apart for runs of hours."""
+    import re
+
+    from report_fixtures import parse_html
+
+    clockless = [p.name.removesuffix(".log") for p in sorted(real_logs_dir.glob("*.log"))
+                 if not re.search(r"\d\d:\d\d:\d\d", p.read_text(errors="replace"))]
+    assert len(clockless) >= 3
+    for run_id in clockless:
+        html = (analyzed_real_logs.reports / "runs" / f"{run_id}.html").read_text(encoding="utf-8")
+        times = parse_html(html).find("span", id_="run-times").text()
+        assert times.startswith("the log prints no clock; its file last changed"), (run_id, times)
+        assert "started" not in times and "ended" not in times
+
+
+def test_the_steps_after_a_collapse_are_lost_device_time(analyzed_real_logs):
+    """A run whose training collapsed and had not recovered produced nothing worth keeping from the collapse on
+    (goodput counts them out): logs 14 and 15 end with no outcome, and showed 0 GPU-hours lost all the same."""
+    con = connect(analyzed_real_logs.warehouse)
+    collapsed = dict(con.execute("select run_id, gpu_hours_lost from run_summary "
+                                 "where training_outcome = 'collapsed' and failure_class = 'no_outcome'").fetchall())
+    assert {r[:2] for r in collapsed} == {"14", "15"}
+    # neither log names its GPU count: unknown, not none lost
+    assert all(h is None or h > 0 for h in collapsed.values()), collapsed

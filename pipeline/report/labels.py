@@ -18,8 +18,6 @@ CLASS_LABELS = {
     "vllm_engine_error": "Rollout engine error",
     "unknown": "Ended for an unknown reason",
 }
-# run_facts.device: what the run's accelerator is called where the report counts its hours
-DEVICE_LABELS = {"cuda": "GPU", "tpu": "TPU", "npu": "NPU"}
 # run_summary.training_outcome: a training failure that had not recovered, whatever the log's end
 TRAINING_LABELS = {
     "collapsed": "Training collapsed",

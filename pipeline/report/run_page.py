@@ -10,7 +10,6 @@ import numpy as np
 
 from pipeline.report import charts
 from pipeline.report.formats import fmt_pct, now_with_zone
-from pipeline.report.labels import DEVICE_LABELS
 from pipeline.report.run_data import RunReportData
 from pipeline.report.verdict import verdict
 from pipeline.vocabulary import AFTER_STEP_PHASES, STEP_PHASES
@@ -107,8 +106,7 @@ def run_context(data: RunReportData) -> dict[str, Any]:
         **{f.name: getattr(data, f.name) for f in fields(data)},
         "completeness": {**data.completeness, "parse_completeness": fmt_pct(data.completeness.get("parse_completeness"), 1)},
         "phase_table": phase_table(data),
-        # a TPU's hours are no GPU-hours; a run whose device is unknown ran on CUDA, verl's default
-        "device_label": DEVICE_LABELS.get(data.setup.get("device") or "cuda", str(data.setup.get("device")).upper()),
+        "device_label": data.setup.get("accelerator") or "GPU",
         "bottleneck": s.get("bottleneck_phase"),
         "median_step": s.get("median_step_s"),
         "comparison": {"base": b["exp_median_step_s"], "ratio": b.get("exp_step_ratio"), "n": b["exp_prior_runs"]}
