@@ -453,3 +453,23 @@ def test_the_steps_after_a_collapse_are_lost_device_time(analyzed_real_logs):
     assert {r[:2] for r in collapsed} == {"14", "15"}
     # neither log names its GPU count: unknown, not none lost
     assert all(h is None or h > 0 for h in collapsed.values()), collapsed
+
+
+def test_the_fleet_page_keeps_tpu_hours_apart_from_gpu_hours(analyzed_real_logs):
+    """The CUDA OOM row summed log 11's TPU-hours into its GPU-hours (0.674, of which 0.519 on a TPU): a TPU
+    run's hours lost now say TPU-hours, in its own row and in its outcome's."""
+    from report_fixtures import parse_html
+
+    page = parse_html((analyzed_real_logs.reports / "fleet" / "latest.html").read_text(encoding="utf-8"))
+    cells = {row.attrs["data-run-id"]: row.find("td", cls="gpu-hours").text()
+             for row in page.find("table", id_="all-runs-table").find_all("tr", cls="run")}
+    tpu = {r for r in cells if "_tpu_" in r}
+    assert len(tpu) == 2 and all(cells[r].endswith("TPU-hours") for r in tpu), {r: cells[r] for r in tpu}
+    assert not any("TPU" in cells[r] for r in cells if r not in tpu)
+    classes = dict(connect(analyzed_real_logs.warehouse).execute(
+        "select run_id, failure_class from run_summary").fetchall())
+    with_tpu = {classes[r] for r in tpu}
+    for row in page.find("table", id_="failure-counts").find_all("tr"):
+        if "data-class" in row.attrs:
+            hours = row.find("td", cls="gpu-hours").text()
+            assert ("TPU-hours" in hours) == (row.attrs["data-class"] in with_tpu), (row.attrs, hours)

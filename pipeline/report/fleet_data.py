@@ -52,6 +52,7 @@ class FleetRun:
     failure_detail: str | None = None  # what the evidence says beyond the class (run_summary)
     analysed_at: datetime | None = None  # when the warehouse took the run in (run_summary.ingested_at)
     gpu_hours_lost: float | None = None
+    accelerator: str = "GPU"  # run_facts: the device whose hours gpu_hours_lost counts (a TPU's are TPU-hours)
 
     attention: int = FINE  # run_attention's: 0 failed (its ending or its training), 1 hung, 2 anomalous or slower
 
@@ -132,6 +133,7 @@ def _fleet_run(r: dict[str, Any], a: dict[str, Any], base: dict[str, Any]) -> Fl
         failure_detail=r.get("failure_detail"),
         analysed_at=_naive(r.get("ingested_at")),
         gpu_hours_lost=clean(r.get("gpu_hours_lost")),
+        accelerator=str(base.get("accelerator") or "GPU"),
     )
 
 

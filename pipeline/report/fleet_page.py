@@ -118,17 +118,25 @@ def first_changes(runs: list[FleetRun], advice: dict[str, list[dict[str, Any]]])
     return out
 
 
+def _hours_lost(runs: list[FleetRun]) -> tuple[float, int, dict[str, float]]:
+    """The runs' GPU-hours lost, how many runs' are unknown, and the hours lost on each other device."""
+    others: dict[str, float] = {}
+    for r in runs:
+        if r.gpu_hours_lost is not None and r.accelerator != "GPU":
+            others[r.accelerator] = others.get(r.accelerator, 0.0) + r.gpu_hours_lost
+    return (sum(r.gpu_hours_lost for r in runs if r.gpu_hours_lost is not None and r.accelerator == "GPU"),
+            sum(r.gpu_hours_lost is None for r in runs), others)
+
+
 def _outcomes(runs: list[FleetRun], png: bool, advice: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     counts = Counter(r.failure_class for r in runs)
     trained = Counter(r.training_outcome for r in runs if r.training_outcome)
     return {
         "n_runs": len(runs),
         "counts": sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])),
-        # per class: GPU-hours lost summed over the runs whose log says them, and how many runs do not
-        "gpu_hours_lost": {cls: (sum(r.gpu_hours_lost for r in runs if r.failure_class == cls
-                                     and r.gpu_hours_lost is not None),
-                                 sum(r.failure_class == cls and r.gpu_hours_lost is None for r in runs))
-                           for cls in counts},
+        # per class: GPU-hours lost summed over the runs whose log says them, how many runs do not, and the
+        # hours of other devices (TPU, NPU) apart: a TPU-hour is no GPU-hour
+        "gpu_hours_lost": {cls: _hours_lost([r for r in runs if r.failure_class == cls]) for cls in counts},
         "advice": first_changes(runs, advice),
         "training_counts": [(o, TRAINING_LABELS[o], trained[o]) for o in TRAINING_LABELS if trained[o]],
         "failure_chart": fleet_charts.failure_bars(dict(counts), CLASS_LABELS, png),
