@@ -428,3 +428,20 @@ def test_the_change_to_try_is_on_screen_on_a_phone(driver, reports):
         assert label == '"setting: "'
     finally:
         driver.set_window_size(1280, 900)
+
+
+def test_every_card_value_fits_its_card(driver, analyzed_real_logs):
+    """At 1400 px a run report's eight cards share a row: log 07's bottleneck, update_actor, ran under the next
+    card. Every real log's card values show whole at 1400 and at 400 px."""
+    clipped = []
+    try:
+        for width in (1400, 400):
+            driver.set_window_size(width, 900)
+            for page in sorted((analyzed_real_logs.reports / "runs").glob("*.html")):
+                driver.get(page.resolve().as_uri())
+                clipped += [(width, page.stem, text) for text in driver.execute_script(
+                    "return [...document.querySelectorAll('.card .value')]"
+                    ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)")]
+    finally:
+        driver.set_window_size(1280, 900)
+    assert clipped == []

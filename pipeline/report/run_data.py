@@ -72,8 +72,16 @@ def load_runs(warehouse: str | Path, run_ids: list[str]) -> Iterator[RunReportDa
         if errors["unnamed"] and not errors["named"]:
             data.unknown_templates = _unknown_errors(warehouse, run_id)
         if data.summary.get("failure_class") in NOT_FAILED + ("hang",):
-            data.caught_errors = caught_errors_of_run(warehouse, run_id)
+            data.caught_errors = [c for c in caught_errors_of_run(warehouse, run_id) if not _after_the_end(c, data)]
         yield data
+
+
+def _after_the_end(caught: dict[str, Any], data: RunReportData) -> bool:
+    """Whether an error's first line comes after the line that ended the run (a stop's shutdown noise, such as
+    the exceptions atexit ignores after a Ctrl-C): the run did not go on from it."""
+    s = data.summary
+    return (s.get("root_cause_line_no") is not None and caught["first_file"] == s.get("root_cause_file")
+            and caught["first_line_no"] > s["root_cause_line_no"])
 
 
 def load_run(warehouse: str | Path, run_id: str) -> RunReportData:
