@@ -103,8 +103,8 @@ baselines as (
 )
 select
     run_id, experiment_name, config_group, model_setup, model, algorithm, rollout_n, train_batch_size,
-    ppo_mini_batch_size, n_gpus, accelerator, rollout_engine, started_at, ended_at, ended_by_file_time, ended_by_timers, outran_clocks, last_ts,
-    failure_class, last_step,
+    ppo_mini_batch_size, n_gpus, accelerator, rollout_engine, started_at, ended_at, ended_by_file_time,
+    ended_by_timers, outran_clocks, last_ts, failure_class, last_step,
     expected_steps, goodput, bottleneck_phase, median_step_s, throughput, mfu_actor,
     exp_prior_runs,
     exp_median_step_s,

@@ -1,7 +1,7 @@
 -- One row per run: what it ran on and with, as its config dump says, else as its log and its metrics show: the
--- device (cuda, tpu, npu; its name in the reports: GPU, TPU, NPU), the rollout engine (vllm, sglang; null where nothing names one), and whether it had a
--- critic and a reference policy. run_advice applies a rule only where the run has what the rule names; the reports
--- count the device's hours under its own name.
+-- device (cuda, tpu, npu; its name in the reports: GPU, TPU, NPU), the rollout engine (vllm, sglang; null where
+-- nothing names one), and whether it had a critic and a reference policy. run_advice applies a rule only where the
+-- run has what the rule names; the reports count the device's hours under its own name.
 with run as (
     -- the config dump parsed once per run, for the few keys read here (a dump may be 30 MB)
     select run_id, failure_phase, c[1] as device, c[2] as rollout_name, c[3] as critic_enable, c[4] as adv_estimator,
@@ -45,25 +45,30 @@ timed as (
            bool_or(ref is not null) as ref_timed
     from step_phases
     group by all
+),
+facts as (
+    select
+        r.run_id,
+        coalesce(r.device, case when s.tpu then 'tpu' when s.npu then 'npu' end, 'cuda') as device,
+        coalesce(
+            case when r.rollout_name like 'sglang%' then 'sglang' when r.rollout_name like 'vllm%' then 'vllm' end,
+            case when s.sglang_lines > s.vllm_lines then 'sglang' when s.vllm_lines > 0 then 'vllm' end) as engine,
+        coalesce(
+            case r.critic_enable when 'true' then true when 'false' then false end,
+            r.adv_estimator = 'gae',
+            l.critic_metrics or t.critic_timed or r.failure_phase in ('update_critic', 'values'),
+            false) as has_critic,
+        coalesce(r.use_kl_loss = 'true', false) or coalesce(r.use_kl_in_reward = 'true', false)
+            or coalesce(l.ref_metrics, false) or coalesce(t.ref_timed, false)
+            or coalesce(r.failure_phase = 'ref', false) as has_ref
+    from run as r
+    left join seen as s using (run_id)
+    left join logged as l using (run_id)
+    left join timed as t using (run_id)
 )
 select
-    r.run_id,
-    coalesce(r.device, case when s.tpu then 'tpu' when s.npu then 'npu' end, 'cuda') as device,
+    run_id, device,
     -- what the reports call one of its devices (a TPU's hours are no GPU-hours)
-    case coalesce(r.device, case when s.tpu then 'tpu' when s.npu then 'npu' end)
-        when 'tpu' then 'TPU' when 'npu' then 'NPU' else 'GPU' end as accelerator,
-    coalesce(
-        case when r.rollout_name like 'sglang%' then 'sglang' when r.rollout_name like 'vllm%' then 'vllm' end,
-        case when s.sglang_lines > s.vllm_lines then 'sglang' when s.vllm_lines > 0 then 'vllm' end) as engine,
-    coalesce(
-        case r.critic_enable when 'true' then true when 'false' then false end,
-        r.adv_estimator = 'gae',
-        l.critic_metrics or t.critic_timed or r.failure_phase in ('update_critic', 'values'),
-        false) as has_critic,
-    coalesce(r.use_kl_loss = 'true', false) or coalesce(r.use_kl_in_reward = 'true', false)
-        or coalesce(l.ref_metrics, false) or coalesce(t.ref_timed, false) or coalesce(r.failure_phase = 'ref', false)
-        as has_ref
-from run as r
-left join seen as s using (run_id)
-left join logged as l using (run_id)
-left join timed as t using (run_id)
+    case device when 'tpu' then 'TPU' when 'npu' then 'NPU' else 'GPU' end as accelerator,
+    engine, has_critic, has_ref
+from facts

@@ -1,8 +1,9 @@
 -- One row per run: the resume segment its log's last launch begins with (0 where the log holds one run), the runs
--- earlier launches left in the same log, and the last launch's first step line and its file. A segment starts another run rather
--- than resuming this one when the segment before it printed verl's final validation (that run completed) and it
--- starts from its first step, not from a checkpoint. The log's report is about its last run: the per-step tables
--- (step_phases, step_health) and everything read from step_metrics keep only that launch's steps.
+-- earlier launches left in the same log, and the last launch's first step line and its file. A segment starts
+-- another run rather than resuming this one when the segment before it printed verl's final validation (that run
+-- completed) and it starts from its first step, not from a checkpoint. The log's report is about its last run:
+-- the per-step tables (step_phases, step_health) and everything read from step_metrics keep only that launch's
+-- steps.
 with lines as (
     -- only a log of several segments can hold several launches: a log of one reads no text
     select l.run_id, l.file, l.segment, l.line_no, l.kind, l.text
