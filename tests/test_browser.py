@@ -76,9 +76,17 @@ def driver(tmp_path_factory):
         drv.quit()
 
 
+def _load(driver, uri: str) -> None:
+    """Open a page and wait until it has loaded: on a busy machine `get` can return while it is still loading."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(uri)
+    WebDriverWait(driver, 60, poll_frequency=0.05).until(
+        lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def _open_and_check(driver, page: Path, shot: Path, min_charts: int) -> None:
-    driver.get(page.resolve().as_uri())
-    assert driver.execute_script("return document.readyState") == "complete"
+    _load(driver, page.resolve().as_uri())
     # a chart is an image (the fleet's, which mail clients show) or inline SVG (the run report's)
     drawn = driver.execute_script(
         "return Array.from(document.querySelectorAll('[data-chart]')).filter(c => c.tagName === 'IMG'"
@@ -157,7 +165,7 @@ def test_no_sideways_page_scroll_on_a_phone_or_a_laptop(driver, reports, page):
     try:
         for width in (400, 1400):
             driver.set_window_size(width, 900)
-            driver.get((reports / page).resolve().as_uri())
+            _load(driver, (reports / page).resolve().as_uri())
             assert not _page_scrolls_sideways(driver), (page, width)
     finally:
         driver.set_window_size(1280, 900)
@@ -170,12 +178,12 @@ def _luminance(css: str) -> float:
 
 def _light_and_dark(driver, page: Path, script: str):
     """What `script` returns on `page` under the light scheme, then under prefers-color-scheme: dark."""
-    driver.get(page.resolve().as_uri())
+    _load(driver, page.resolve().as_uri())
     light = driver.execute_script(script)
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
                            {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
     try:
-        driver.get(page.resolve().as_uri())
+        _load(driver, page.resolve().as_uri())
         dark = driver.execute_script(script)
     finally:
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
@@ -194,17 +202,17 @@ def test_dark_mode_darkens_the_page(driver, reports):
 def test_charts_are_vector_and_the_mails_images_twice_their_pixels(driver, reports, tmp_path):
     """The reports' charts are vector (sharp on any screen); the fleet mail's chart images have at least ~2x
     the pixels of the box they are shown in (sharp on a laptop screen)."""
-    driver.get((reports / "runs" / "run-anomalous.html").resolve().as_uri())
+    _load(driver, (reports / "runs" / "run-anomalous.html").resolve().as_uri())
     assert driver.execute_script("return document.images.length") == 0
     assert driver.execute_script("return document.querySelectorAll('[data-chart] svg').length") >= 2
-    driver.get((reports / "fleet" / "latest.html").resolve().as_uri())
+    _load(driver, (reports / "fleet" / "latest.html").resolve().as_uri())
     assert driver.execute_script("return document.images.length") == 0
     assert driver.execute_script("return document.querySelectorAll('[data-chart] svg').length") == 3
     from pipeline.report.render import fleet_mail_page
 
     mail = tmp_path / "mail.html"
     mail.write_text(fleet_mail_page(reports.parent / "wh", date(2026, 11, 28)), encoding="utf-8")
-    driver.get(mail.resolve().as_uri())
+    _load(driver, mail.resolve().as_uri())
     sizes = driver.execute_script(
         "return Array.from(document.images).map(i => [i.naturalWidth, i.getBoundingClientRect().width])")
     assert len(sizes) == 3
@@ -216,7 +224,7 @@ def test_runs_table_sorts_and_filters_in_the_browser(driver, reports):
     """Typing in the filter keeps the matching runs; clicking 'step' sorts by the number of steps."""
     from selenium.webdriver.common.by import By
 
-    driver.get((reports / "fleet" / "latest.html").resolve().as_uri())
+    _load(driver, (reports / "fleet" / "latest.html").resolve().as_uri())
     driver.execute_script("document.querySelector('#all-runs details, details').open = true")
     table = driver.find_element(By.ID, "all-runs-table")
     every = len(table.find_elements(By.CSS_SELECTOR, "tbody tr"))
@@ -241,12 +249,12 @@ def test_times_carry_their_zone(driver, reports):
     """Every time shown says its zone: the runs' own (verl's log clock, which prints none) or the machine's."""
     from selenium.webdriver.common.by import By
 
-    driver.get((reports / "fleet" / "latest.html").resolve().as_uri())
+    _load(driver, (reports / "fleet" / "latest.html").resolve().as_uri())
     driver.execute_script("document.querySelector('details').open = true")
     ended = [td.text for td in driver.find_elements(By.CSS_SELECTOR, "#all-runs-table td.when")]
     assert len(ended) == 12 and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d log clock", e) for e in ended), ended
     for page in ("fleet/latest.html", "runs/run-anomalous.html"):
-        driver.get((reports / page).resolve().as_uri())
+        _load(driver, (reports / page).resolve().as_uri())
         footer = driver.find_element(By.TAG_NAME, "footer").text
         assert re.search(r"on \d{4}-\d\d-\d\d \d\d:\d\d [A-Z][A-Za-z+\-0-9]+ ", footer), footer
 
@@ -255,12 +263,12 @@ def test_verl_signals_validation_and_sources_are_shown(driver, reports):
     """The run report shows verl's MFU and per-source validation; its advice links its public sources."""
     from selenium.webdriver.common.by import By
 
-    driver.get((reports / "runs" / "run-anomalous.html").resolve().as_uri())
+    _load(driver, (reports / "runs" / "run-anomalous.html").resolve().as_uri())
     mfu = driver.find_element(By.CSS_SELECTOR, "#verl-signals tr[data-key='perf/mfu/actor']")
     assert mfu.find_elements(By.TAG_NAME, "td")[1].text == "0.35"
     math = driver.find_element(By.CSS_SELECTOR, "#validation tr[data-source='lighteval/MATH']")
     assert [td.text for td in math.find_elements(By.TAG_NAME, "td")[2:5]] == ["0.31", "0.4", "0.42"]
-    driver.get((reports / "runs" / "run-cuda-oom.html").resolve().as_uri())
+    _load(driver, (reports / "runs" / "run-cuda-oom.html").resolve().as_uri())
     links = [a.get_attribute("href") for a in driver.find_element(By.ID, "failure-advice").find_elements(By.TAG_NAME, "a")]
     assert links == ["https://verl.readthedocs.io/en/latest/perf/perf_tuning.html",
                      "https://docs.vllm.ai/en/latest/configuration/optimization.html"]
@@ -282,7 +290,7 @@ def test_chart_values_show_on_hover(driver, reports):
     """Under the pointer a chart panel names the step and the value the warehouse holds for it."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    driver.get((reports / "runs" / "run-anomalous.html").resolve().as_uri())
+    _load(driver, (reports / "runs" / "run-anomalous.html").resolve().as_uri())
     panel = "[data-chart=health] svg[data-panel=Entropy]"
     driver.execute_script("document.querySelector(arguments[0]).scrollIntoView({block: 'center'})", panel)
     x, y = _plot_point(driver, panel, 0.5)
@@ -346,13 +354,13 @@ def test_a_run_that_prints_samples_shows_them(driver, sample_reports):
     real = Path(__file__).resolve().parents[2] / "shared" / "real-logs"
     text = (real / "20_eto_fsdp_qwen7b_raytaskerror_actordied_step1.log").read_text(errors="replace")
     response = re.search(r"\[response\] (.*)", text).group(1).strip()
-    driver.get(sample_reports["20"].resolve().as_uri())
+    _load(driver, sample_reports["20"].resolve().as_uri())
     (sample,) = driver.find_elements(By.CSS_SELECTOR, "details.sample")
     assert sample.find_element(By.CSS_SELECTOR, "pre.response").is_displayed()
     assert sample.find_element(By.CSS_SELECTOR, "pre.response").text == response
     try:
         driver.set_window_size(400, 900)
-        driver.get(sample_reports["08"].resolve().as_uri())
+        _load(driver, sample_reports["08"].resolve().as_uri())
         driver.execute_script("document.querySelectorAll('details.sample').forEach(d => d.open = true)")
         assert len(driver.find_elements(By.CSS_SELECTOR, "details.sample")) >= 6
         wider = driver.execute_script(
@@ -370,7 +378,7 @@ def test_a_long_file_name_in_events_and_problems_keeps_the_page_still_on_a_phone
     name = "27_charcount_grpo_final_step_hardwrapped_benign_sigterm_at_exit.log"
     try:
         driver.set_window_size(400, 900)
-        driver.get(sample_reports["27"].resolve().as_uri())
+        _load(driver, sample_reports["27"].resolve().as_uri())
         cell, problem = driver.execute_script(
             "return [document.querySelector('#events td.mono').textContent,"
             " document.querySelector('#problems li').textContent]")
@@ -386,7 +394,7 @@ def test_a_long_root_cause_file_name_wraps_on_a_phone(driver, sample_reports):
     name = "08_eto_megatron_grpo_qwen7b_math_two_runs_second_ctrl_c_step11.log"
     try:
         driver.set_window_size(400, 900)
-        driver.get(sample_reports["08"].resolve().as_uri())
+        _load(driver, sample_reports["08"].resolve().as_uri())
         location = driver.execute_script(
             "const e = document.querySelector('#root-cause-location, #last-line-location');"
             "return [e.textContent, e.getBoundingClientRect().right, document.documentElement.clientWidth]")
@@ -404,7 +412,7 @@ def test_an_old_fleet_is_dated_by_its_data_not_today(driver, reports, tmp_path):
 
     warehouse = reports.parent / "wh"
     page = render_fleet_report(warehouse, tmp_path / "late", date(2027, 3, 1))
-    driver.get(page.resolve().as_uri())
+    _load(driver, page.resolve().as_uri())
     assert driver.find_element(By.TAG_NAME, "h1").text == "Fleet report · runs up to 2026-11-28"
     assert "2027-03-01" not in driver.title
 
@@ -416,7 +424,7 @@ def test_the_change_to_try_is_on_screen_on_a_phone(driver, reports):
 
     try:
         driver.set_window_size(400, 900)
-        driver.get((reports / "runs" / "run-cuda-oom.html").resolve().as_uri())
+        _load(driver, (reports / "runs" / "run-cuda-oom.html").resolve().as_uri())
         cells = driver.find_elements(By.CSS_SELECTOR, "#run-advice td")
         assert cells
         width = driver.execute_script("return document.documentElement.clientWidth")
@@ -438,7 +446,7 @@ def test_every_card_value_fits_its_card(driver, analyzed_real_logs):
         for width in (1400, 400):
             driver.set_window_size(width, 900)
             for page in sorted((analyzed_real_logs.reports / "runs").glob("*.html")):
-                driver.get(page.resolve().as_uri())
+                _load(driver, page.resolve().as_uri())
                 clipped += [(width, page.stem, text) for text in driver.execute_script(
                     "return [...document.querySelectorAll('.card .value')]"
                     ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)")]
