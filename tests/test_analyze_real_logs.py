@@ -332,9 +332,11 @@ def test_a_relaunched_log_is_reported_as_its_last_launch(tmp_path, real_logs_dir
     assert len(step_s) == 5 and 0 < reward_s < 0.5
     archive = tmp_path / "archive"
     archive.mkdir()
-    (archive / "relaunched.log").write_text(
-        first.rstrip("\n") + "\n(TaskRunner pid=1) Final validation metrics: {'val-core/reward/mean@1': 0.1}\n"
-        + "\n".join(lines[: cut + 1]) + "\n")
+    # the earlier run logs a warning (log 07's, as torch prints it); the relaunch logs none
+    warning = ("/usr/local/lib/python3.11/dist-packages/torch/utils/checkpoint.py:1399: FutureWarning: "
+               "`torch.cpu.amp.autocast(args...)` is deprecated.")
+    earlier = first.rstrip("\n") + f"\n{warning}\n(TaskRunner pid=1) Final validation metrics: {{'val-core/reward/mean@1': 0.1}}\n"
+    (archive / "relaunched.log").write_text(earlier + "\n".join(lines[: cut + 1]) + "\n")
     analyze_archive(archive, tmp_path / "warehouse", tmp_path / "reports")
     con = connect(tmp_path / "warehouse")
     row = con.execute("select earlier_runs, last_step, training_outcome from run_summary").fetchone()
@@ -346,6 +348,9 @@ def test_a_relaunched_log_is_reported_as_its_last_launch(tmp_path, real_logs_dir
     assert abs(median - statistics.median(step_s)) < 1e-6
     html = (tmp_path / "reports" / "runs" / "relaunched.html").read_text()
     assert "collapsed" not in html.lower()
+    # the earlier run's warning is no event of the last run's
+    assert con.execute("select count(*) from run_events where contains(message, 'FutureWarning')").fetchone()[0] == 1
+    assert "FutureWarning" not in html
     reward_row = next(r for r in parse_html(html).find("table", id_="phase-table").find_all("tr")
                       if r.find_all("td") and r.find_all("td")[0].text().strip() == "reward")
     # the phase's few milliseconds in all, not "0 s"

@@ -73,15 +73,19 @@ def context_lines(con: duckdb.DuckDBPyConnection,
 
 
 def error_events(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """Per run, its last error and warning events (those next to the end), in log order."""
+    """Per run, its last error and warning events (those next to the end), in log order: in a log of several
+    launches, the last launch's (run_launches), as the rest of the report is about that run."""
     if not columns(con, "run_events"):
         return {}
+    launch = ("left join run_launches as la using (run_id) where (la.run_id is null "
+              "or coalesce(e.segment, 0) >= la.launch_segment or e.file is distinct from la.launch_file) and"
+              if columns(con, "run_launches") else "where")
     # max_by(row, key, n) keeps each run's last n events in a heap: cheaper than a window sorting them all
     found = rows(
         con,
         "select run_id, * exclude (run_id) from (select unnest(last, recursive := true) from ("
         "select max_by(e, (coalesce(e.segment, 0), e.file, e.line_no), $n) as last from run_events e "
-        "where list_contains($ids, run_id) and not list_contains($frames, event_class) group by run_id)) "
+        f"{launch} list_contains($ids, e.run_id) and not list_contains($frames, e.event_class) group by e.run_id)) "
         "order by run_id, coalesce(segment, 0), file, line_no",
         {"ids": run_ids, "n": MAX_ERROR_EVENTS, "frames": list(FRAME_EVENTS)},
     )
