@@ -22,6 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import parquet_schema
 from pipeline.tables import names, per_run_tables
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -349,17 +350,19 @@ def table_source(warehouse: str | Path, table: str, run_ids: Iterable[str] | Non
     if run_ids is None:
         if a_run_of(warehouse, table) is None:
             return None
-        files = sql_literal(folder / "run_id=*" / "*.parquet")
+        files, by_name = sql_literal(folder / "run_id=*" / "*.parquet"), True
     else:
         paths = [p for rid in run_ids for p in _parquet_files(run_partition_dir(warehouse, table, rid))
                  if parquet_readable(p)]
         if not paths:
             return None
         files = "[" + ", ".join(sql_literal(p) for p in paths) + "]"
+        # binding by name opens every file: left out where the files' schemas are known to be one
+        by_name = not parquet_schema.same_schema(paths)
     order = ", filename=true, file_row_number=true" if row_order else ""
     return (
         f"read_parquet({files}, hive_partitioning=true, "
-        f"hive_types={{'run_id': 'VARCHAR'}}, union_by_name=true{order})"
+        f"hive_types={{'run_id': 'VARCHAR'}}, union_by_name={str(by_name).lower()}{order})"
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dagster import AssetKey, DagsterInstance, Definitions, LoggerDefinition, default_loggers, logger
 
-from pipeline import tables
+from pipeline import parquet_schema, tables
 from pipeline.defs.assets import ASSET_CHECKS, ASSETS
 from pipeline.defs.assets.ingest import ingested_run
 from pipeline.defs.assets.report import DAY_TAG, MAIL_TAG
@@ -189,8 +189,10 @@ def analyze_archive(
                         runs=bool(part), fleet_tables=rebuild_fleet, fit=fit and k == 0, fleet_report=last,
                         mail=mail and last)])
         finally:
-            # what DuckDB's allocators kept from this part's queries is not carried into the next part
+            # what DuckDB's allocators kept from this part's queries, and the schemas of the partitions it read,
+            # are not carried into the next part
             release_databases()
+            parquet_schema.forget()
     refresh_catalog(warehouse)
     fleet_path = Path(reports) / "fleet" / f"{day.isoformat()}.html"
     return ArchiveOutcome(
