@@ -315,7 +315,8 @@ def test_a_relaunched_log_is_reported_as_its_last_launch(tmp_path, real_logs_dir
     """A log holding a run that collapsed (log 14: entropy and length, from step 8) and completed, then a new
     launch stopped at step 5: the steps after 5 are the earlier run's. The last run has no training outcome (it
     said "collapsed from step 8", three steps after its last), and its per-step tables, anomalies, median step
-    and phase breakdown are its own five steps' (they drew the earlier run's 261)."""
+    and phase breakdown are its own five steps' (they drew the earlier run's 261). Its events are the last
+    launch's and those of the run's other file (a rollout worker's log: its start-up is not the driver's)."""
     import re
     import statistics
 
@@ -330,13 +331,18 @@ def test_a_relaunched_log_is_reported_as_its_last_launch(tmp_path, real_logs_dir
     step_s = [float(re.search(r"timing_s/step:([0-9.]+)", line).group(1)) for line in relaunch]
     reward_s = sum(float(re.search(r"timing_s/reward:([0-9.eE-]+)", line).group(1)) for line in relaunch)
     assert len(step_s) == 5 and 0 < reward_s < 0.5
-    archive = tmp_path / "archive"
-    archive.mkdir()
+    run = tmp_path / "archive" / "relaunched"
+    run.mkdir(parents=True)
     # the earlier run logs a warning (log 07's, as torch prints it); the relaunch logs none
     warning = ("/usr/local/lib/python3.11/dist-packages/torch/utils/checkpoint.py:1399: FutureWarning: "
                "`torch.cpu.amp.autocast(args...)` is deprecated.")
     earlier = first.rstrip("\n") + f"\n{warning}\n(TaskRunner pid=1) Final validation metrics: {{'val-core/reward/mean@1': 0.1}}\n"
-    (archive / "relaunched.log").write_text(earlier + "\n".join(lines[: cut + 1]) + "\n")
+    (run / "relaunched.log").write_text(earlier + "\n".join(lines[: cut + 1]) + "\n")
+    # the worker's own log, one segment of its own (log 07's vLLM warning)
+    (run / "rollout_worker.log").write_text(
+        "(WorkerDict pid=2) WARNING 03-31 20:20:43 config.py:380] To see benefits of async output processing, "
+        "enable CUDA graph. Since, enforce-eager is enabled, async output processor cannot be used\n")
+    archive = tmp_path / "archive"
     analyze_archive(archive, tmp_path / "warehouse", tmp_path / "reports")
     con = connect(tmp_path / "warehouse")
     row = con.execute("select earlier_runs, last_step, training_outcome from run_summary").fetchone()
@@ -351,6 +357,7 @@ def test_a_relaunched_log_is_reported_as_its_last_launch(tmp_path, real_logs_dir
     # the earlier run's warning is no event of the last run's
     assert con.execute("select count(*) from run_events where contains(message, 'FutureWarning')").fetchone()[0] == 1
     assert "FutureWarning" not in html
+    assert "async output processing" in parse_html(html).find("table", id_="events").text()
     reward_row = next(r for r in parse_html(html).find("table", id_="phase-table").find_all("tr")
                       if r.find_all("td") and r.find_all("td")[0].text().strip() == "reward")
     # the phase's few milliseconds in all, not "0 s"
