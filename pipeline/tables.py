@@ -249,6 +249,15 @@ MODEL_READS = ("runs", "step_phases", "step_health", "run_baselines")
 BY_NAME = {t.name: t for t in TABLES}
 
 
+def in_last_launch(alias: str) -> str:
+    """The SQL test that a row of `alias` (a table with `segment` and `file`) belongs to its log's last launch,
+    run_launches being joined as `la`: the driver file's segments from the launch on, every other file's (a side
+    file counts its own segments), and the file logger's JSONL rows (segment -1). sql/step_phases.sql,
+    step_health.sql and config_findings.sql write the same test."""
+    return (f"({alias}.segment < 0 or {alias}.segment >= la.launch_segment "
+            f"or {alias}.file is distinct from la.launch_file)")
+
+
 def table(name: str) -> Table:
     """The declared table `name` (KeyError for an undeclared one)."""
     return BY_NAME[name]

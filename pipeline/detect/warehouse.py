@@ -26,6 +26,7 @@ from pipeline.detect.model import (
 )
 from pipeline.detect.step_anomalies import STEP_ANOMALIES_SCHEMA, chunks_of, score_frame
 from pipeline.lake import check_run_id, reader, staged_run_partitions, table_source
+from pipeline.tables import in_last_launch
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,7 @@ def read_metrics(con, warehouse: str | Path, run_ids: list[str]) -> pd.DataFrame
     if source is None:
         return None
     launches = table_source(warehouse, "run_launches", run_ids)
-    scope = "" if launches is None else (
-        f" left join {launches} as la using (run_id)"
-        " where m.segment < 0 or m.segment >= la.launch_segment or m.file is distinct from la.launch_file")
+    scope = "" if launches is None else f" left join {launches} as la using (run_id) where {in_last_launch('m')}"
     data = con.sql(f"select m.run_id, m.step, m.key, m.value, m.segment from {source} as m{scope}").to_arrow_table()
     # categories: a run id or key as one Python string per row was most of a chunk's memory
     return data.to_pandas(strings_to_categorical=True)

@@ -11,6 +11,7 @@ from pipeline.credentials import mask_secrets
 from pipeline.error_templates import FURNITURE
 from pipeline.ingest.roles import role_of
 from pipeline.report.warehouse import by_run, columns, rows
+from pipeline.tables import in_last_launch
 
 CONTEXT_LINES = 6
 FOLDED_STEP_LINE = 160
@@ -77,8 +78,7 @@ def error_events(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str
     launches, the last launch's (run_launches), as the rest of the report is about that run."""
     if not columns(con, "run_events"):
         return {}
-    launch = ("left join run_launches as la using (run_id) where (la.run_id is null "
-              "or coalesce(e.segment, 0) >= la.launch_segment or e.file is distinct from la.launch_file) and"
+    launch = (f"left join run_launches as la using (run_id) where {in_last_launch('e')} and"
               if columns(con, "run_launches") else "where")
     # max_by(row, key, n) keeps each run's last n events in a heap: cheaper than a window sorting them all
     found = rows(

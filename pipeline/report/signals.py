@@ -11,6 +11,7 @@ from typing import Any
 import duckdb
 
 from pipeline.report.warehouse import by_run, clean, columns, firsts, rows
+from pipeline.tables import in_last_launch
 
 # (table, column or verl key, label, verl's name, higher is better): step_health keeps every verl key in a map
 SIGNALS = (
@@ -146,8 +147,8 @@ def load_validation(con: duckdb.DuckDBPyConnection, peers: dict[str, Peers]) -> 
     if not columns(con, "step_metrics"):
         return {}
     # each log's last launch (run_launches, where the warehouse has it): an earlier run in the same log is not it
-    launch = ("left join run_launches as la using (run_id) where (m.segment < 0 or m.segment >= la.launch_segment "
-              "or m.file is distinct from la.launch_file) and" if columns(con, "run_launches") else "where")
+    launch = (f"left join run_launches as la using (run_id) where {in_last_launch('m')} and"
+              if columns(con, "run_launches") else "where")
     found = by_run(rows(con, "select run_id, key, arg_min(value, step) as first, arg_max(value, step) as last, "
                              f"max(value) as best from step_metrics as m {launch} list_contains($ids, run_id) "
                              "and key like 'val-core/%' and isfinite(value) group by all order by key, run_id",
