@@ -7,16 +7,16 @@ from pathlib import Path
 
 def resolve_entry(run: str, archive_root: str | Path, quiet_period_s: int = 600):
     """The archive entry for a path to a run (folder, .tar.gz, .gz) or a run_id under `archive_root`."""
-    from pipeline.ingest import discover_runs
+    from pipeline.ingest import discover_runs, run_id_for
 
     path = Path(run)
     if path.exists():
-        found = discover_runs(path.parent, quiet_period_s=0)
+        found = discover_runs(path.parent, quiet_period_s=0, only={run_id_for(path.name)})
         for entry in found.entries:
             if Path(entry.path).resolve() == path.resolve():
                 return entry
         raise ValueError(f"{run} is not a run entry that verl-health can read: {found.errors}")
-    found = discover_runs(archive_root, quiet_period_s=quiet_period_s)
+    found = discover_runs(archive_root, quiet_period_s=quiet_period_s, only={run})
     for entry in found.entries:
         if entry.run_id == run:
             return entry

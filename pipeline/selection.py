@@ -38,7 +38,8 @@ def no_runs_message(archive: str | Path, found, include: set[str] | None, select
         looked.append(f"last active on or after {select.since.isoformat()}")
     if select is not None and select.until is not None:
         looked.append(f"last active on or before {select.until.isoformat()}")
-    seen = f"the archive holds {len(found.entries)} run entr{'y' if len(found.entries) == 1 else 'ies'}"
+    n_runs = len(found.entries) + found.n_unread
+    seen = f"the archive holds {n_runs} run entr{'y' if n_runs == 1 else 'ies'}"
     if found.skipped:
         seen += f" and {len(found.skipped)} other file{'s' if len(found.skipped) != 1 else ''} ({', '.join(sorted(found.skipped)[:5])})"
     problems = f"; archive problems: {'; '.join(found.errors)}" if found.errors else ""

@@ -7,6 +7,7 @@ import os
 import time
 
 from pipeline.ingest import discover_runs, run_id_for
+from pipeline.selection import no_runs_message
 
 
 def _touch(path, text="hello\n", age_s=0.0):
@@ -144,3 +145,35 @@ def test_a_folder_ending_is_read_from_its_logs_not_its_metric_files(tmp_path):
     _touch(tmp_path / "r" / "train.log", "step:5 - a:1\nFinal validation metrics: {'acc': 0.5}\n")
     (entry,) = discover_runs(tmp_path, quiet_period_s=600).entries
     assert entry.finished and entry.end_marker == "Final validation metrics"
+
+
+def test_one_run_of_an_archive_is_found_without_reading_the_others(tmp_path, monkeypatch):
+    """`only` lists the entries of those run_ids, each as a whole discovery lists it, and reads no other entry:
+    what `analyze --run` and a one-run Dagster run pay on an archive of a thousand runs."""
+    from pipeline.ingest import discover
+
+    old = 3600
+    _touch(tmp_path / "wanted" / "train.log", "step:1 - a:1\n(\"Final validation metrics: {'x': 1}\")\n", age_s=old)
+    _touch(tmp_path / "other" / "train.log", "step:1 - a:1\n", age_s=old)
+    _touch(tmp_path / "other.log.gz", "", age_s=old)  # an entry named like another run: a collision of `other`s
+    _touch(tmp_path / "solo.log", "step:1 - a:1\n", age_s=old)
+    _touch(tmp_path / "twin.log", age_s=old)
+    _touch(tmp_path / "twin.tar.gz", age_s=old)
+    whole = discover_runs(tmp_path)
+    walked: list[str] = []
+    real_stats = discover._dir_stats
+    monkeypatch.setattr(discover, "_dir_stats", lambda path: walked.append(path.name) or real_stats(path))
+    read: list[str] = []
+    real_tail = discover._tail
+    monkeypatch.setattr(discover, "_tail", lambda path, gz: read.append(path.name) or real_tail(path, gz))
+    one = discover_runs(tmp_path, only={"wanted"})
+    assert one.entries == [e for e in whole.entries if e.run_id == "wanted"]
+    assert one.entries[0].end_marker == "Final validation metrics"
+    assert walked == ["wanted"] and read == ["train.log"]
+    assert one.errors == []
+    twins = discover_runs(tmp_path, only={"twin", "solo"})
+    assert [e.run_id for e in twins.entries] == ["solo"]
+    assert twins.errors == ["run_id 'twin' is given by 2 entries (twin.log, twin.tar.gz): none ingested"]
+    none = discover_runs(tmp_path, only={"gone"})
+    assert none.entries == [] and none.n_unread == len(whole.entries) == 2
+    assert "run_id gone; the archive holds 2 run entries" in no_runs_message(tmp_path, none, {"gone"}, None)

@@ -149,7 +149,7 @@ def analyze_archive(
     day = day or dt.date.today()
     sweep_leftovers(warehouse)
     resources = bound_resources(archive, warehouse, reports, quiet_period_s)
-    found = resources["archive"].discover()
+    found = resources["archive"].discover(only=include)
     wanted = [e for e in found.entries if (include is None or e.run_id in include)
               and (select is None or select.keeps(e))]
     if not wanted:

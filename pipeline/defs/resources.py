@@ -7,6 +7,7 @@ given in code or run config wins. Outside Dagster, `resolved()` does the same.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 from dagster import ConfigurableResource, EnvVar, InitResourceContext
@@ -76,12 +77,12 @@ class ArchiveResource(_FromEnvironment):
         cache = self.cache_dir or objectstore.default_cache_dir(self.root, "archive")
         return objectstore.stage_archive(self.root, cache)
 
-    def discover(self, now: float | None = None):
-        """Discover the run entries under the root."""
+    def discover(self, now: float | None = None, only: Collection[str] | None = None):
+        """Discover the run entries under the root (those of the run_ids `only`, when given)."""
         from pipeline.ingest import discover_runs
 
         res = self.resolved()
-        return discover_runs(res.local_root(), quiet_period_s=res.quiet_period_s, now=now)
+        return discover_runs(res.local_root(), quiet_period_s=res.quiet_period_s, now=now, only=only)
 
 
 class WarehouseResource(_FromEnvironment):

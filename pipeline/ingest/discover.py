@@ -8,6 +8,7 @@ import re
 import stat
 import time
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,11 +51,13 @@ class RunEntry:
 
 @dataclass
 class Discovery:
-    """The runs found, the files that are not runs (name -> why), and the entries that could not become runs."""
+    """The runs found, the files that are not runs (name -> why), and the entries that could not become runs;
+    `n_unread`: the runs named in the archive but left out by `discover_runs(only=...)`."""
 
     entries: list[RunEntry] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    n_unread: int = 0
 
 
 def not_a_run(name: str) -> str | None:
@@ -159,12 +162,14 @@ def _wandb_run_dirs(path: Path) -> list[Path]:
         return []
 
 
-def discover_runs(root: str | Path, quiet_period_s: float = 600, now: float | None = None) -> Discovery:
+def discover_runs(root: str | Path, quiet_period_s: float = 600, now: float | None = None,
+                  only: Collection[str] | None = None) -> Discovery:
     """List the run entries under `root` (folders, .tar.gz/.tgz, .zip, .gz, other files).
 
     A run is finished when unchanged for `quiet_period_s` or carrying an end marker. Files that are
     not runs (a README, SOURCES.md, label files, checksums) are listed in `skipped`. Entries that
-    map to the same run_id are all reported in `errors` and none is listed.
+    map to the same run_id are all reported in `errors` and none is listed. With `only`, just the entries
+    of those run_ids are listed: the others are named but neither walked nor read (one run of a big archive).
     """
     root = Path(root)
     now = time.time() if now is None else now
@@ -197,6 +202,9 @@ def discover_runs(root: str | Path, quiet_period_s: float = 600, now: float | No
         for run_path in wandb_runs or [path]:
             by_id.setdefault(run_id_for(run_path.name), []).append(run_path)
     for rid, paths in sorted(by_id.items()):
+        if only is not None and rid not in only:
+            found.n_unread += len(paths) == 1
+            continue
         if len(paths) > 1:
             found.errors.append(
                 f"run_id {rid!r} is given by {len(paths)} entries ({', '.join(p.name for p in paths)}): none ingested"

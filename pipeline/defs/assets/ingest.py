@@ -64,7 +64,7 @@ def ingested_run(context: AssetExecutionContext, archive: ArchiveResource, wareh
     `verl-health/reingest=true`.
     """
     run_ids = list(context.partition_keys)
-    entries = {e.run_id: e for e in archive.discover().entries}
+    entries = {e.run_id: e for e in archive.discover(only=set(run_ids)).entries}
     totals = {"lines": 0, "steps": 0, "bytes": 0, "parse_failures": 0}
     problems: dict[str, list[str]] = {}
     per_run: list[tuple] = []
