@@ -143,8 +143,8 @@ def _swap(new_dir: Path, final_dir: Path) -> Path | None:
     return old_dir if had_old else None
 
 
-def _parquet_files(folder: Path, attempts: int = 3) -> list[Path]:
-    """The Parquet files of one partition folder, none if it is gone (a concurrent delete).
+def _parquet_names(folder: str | Path, attempts: int = 3) -> list[str]:
+    """The names of the Parquet files of one partition folder, sorted; none if it is gone (a concurrent delete).
 
     A listing can open the folder a swap has just moved aside and is emptying; a partition always holds a
     file, so an empty listing of a folder still in place is read again (it then finds the new folder).
@@ -152,12 +152,17 @@ def _parquet_files(folder: Path, attempts: int = 3) -> list[Path]:
     for _ in range(attempts):
         try:
             with os.scandir(folder) as entries:
-                files = sorted(Path(e.path) for e in entries if e.name.endswith(".parquet"))
+                names = sorted(e.name for e in entries if e.name.endswith(".parquet"))
         except (FileNotFoundError, NotADirectoryError):
             return []
-        if files:
-            return files
+        if names:
+            return names
     return []
+
+
+def _parquet_files(folder: Path) -> list[Path]:
+    """The Parquet files of one partition folder (`_parquet_names`)."""
+    return [folder / name for name in _parquet_names(folder)]
 
 
 def parquet_readable(path: str | Path) -> bool:
@@ -191,7 +196,17 @@ def a_run_of(warehouse: str | Path, table: str) -> str | None:
             runs = sorted(e.name for e in entries if e.name.startswith("run_id="))
     except FileNotFoundError:
         return None
-    return next((run.split("=", 1)[1] for run in runs if _parquet_files(folder / run)), None)
+    return next((run.split("=", 1)[1] for run in runs if _parquet_names(folder / run)), None)
+
+
+def has_a_run(warehouse: str | Path, table: str) -> bool:
+    """Whether the per-run `table` has a partition with a file: `a_run_of` without listing every run (a view of
+    the whole table asks this each time it is made, dozens of times in one `analyze --run`)."""
+    try:
+        with os.scandir(table_dir(warehouse, table)) as entries:
+            return any(e.name.startswith("run_id=") and _parquet_names(e.path) for e in entries)
+    except FileNotFoundError:
+        return False
 
 
 def _staging_dir(warehouse: str | Path, table: str) -> Path:
@@ -348,7 +363,7 @@ def table_source(warehouse: str | Path, table: str, run_ids: Iterable[str] | Non
     if not folder.is_dir():
         return None
     if run_ids is None:
-        if a_run_of(warehouse, table) is None:
+        if not has_a_run(warehouse, table):
             return None
         files, by_name = sql_literal(folder / "run_id=*" / "*.parquet"), True
     else:
@@ -546,17 +561,27 @@ def fleet_input_path(warehouse: str | Path, table: str) -> Path:
 
 
 def _partition_versions(warehouse: str | Path, table: str) -> dict[str, list[list]]:
-    """Each run's partition files of `table` with what tells one version of a file from another."""
+    """Each run's partition files of `table` with what tells one version of a file from another.
+
+    Called for every table a fleet table reads, over every run: strings and `os.stat`, not `Path`s (3x faster).
+    """
     found = {}
+    base = os.fspath(table_dir(warehouse, table))
     try:
-        with os.scandir(table_dir(warehouse, table)) as entries:
+        with os.scandir(base) as entries:
             runs = sorted(e.name for e in entries if e.name.startswith("run_id="))
     except FileNotFoundError:
         return {}
     for run in runs:
-        # name, modification time and size: a copied warehouse (cp -a, rsync -a) keeps its fleet inputs
-        files = [[f.name, *version[1:]] for f in _parquet_files(table_dir(warehouse, table) / run)
-                 if (version := _file_version(f)) is not None]
+        folder = os.path.join(base, run)
+        files = []
+        for name in _parquet_names(folder):
+            try:
+                st = os.stat(os.path.join(folder, name))
+            except FileNotFoundError:
+                continue
+            # name, modification time and size: a copied warehouse (cp -a, rsync -a) keeps its fleet inputs
+            files.append([name, st.st_mtime_ns, st.st_size])
         if files:
             found[run.split("=", 1)[1]] = files
     return found

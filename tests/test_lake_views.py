@@ -90,3 +90,19 @@ def test_an_unchanged_catalog_is_not_opened_again_and_a_replaced_one_is(tmp_path
     os.replace(other, wh / lake.CATALOG_FILE)
     lake.refresh_catalog(wh)
     assert len(opened) == 1 and _views(wh) == {"step_health": 2}
+
+
+def test_a_table_whose_partitions_hold_no_file_has_no_run_and_no_view(tmp_path):
+    """A per-run table of empty partition folders (a swap's leftovers) is not there: no run, no view; one
+    partition with a file anywhere among them makes it there, and `a_run_of` names that run."""
+    table = lake.table_dir(tmp_path, "run_summary")
+    for rid in ("a", "b", "c"):
+        (table / f"run_id={rid}").mkdir(parents=True)
+    (table / "run_id=b" / "notes.txt").write_text("not parquet")
+    assert not lake.has_a_run(tmp_path, "run_summary") and lake.a_run_of(tmp_path, "run_summary") is None
+    assert lake.table_source(tmp_path, "run_summary") is None
+    assert not lake.has_a_run(tmp_path, "step_phases")
+    lake.write_run_table(tmp_path, "run_summary", "c", pa.table({"x": [1]}))
+    assert lake.has_a_run(tmp_path, "run_summary") and lake.a_run_of(tmp_path, "run_summary") == "c"
+    with lake.reader(tmp_path, only=["run_summary"]) as con:
+        assert con.execute("select run_id, x from run_summary").fetchall() == [("c", 1)]

@@ -82,7 +82,7 @@ def fleet_report_mail(context: AssetExecutionContext, warehouse: WarehouseResour
     if not smtp.enabled:
         context.log.info("mail not configured (no SMTP host or recipients); nothing sent")
         return MaterializeResult(metadata={"sent": False, "reason": "mail not configured"})
-    if lake.a_run_of(warehouse.root, "run_summary") is None:
+    if not lake.has_a_run(warehouse.root, "run_summary"):
         # an archive mount gone missing leaves an empty warehouse: its page would read as good news
         raise Failure(f"no run in the warehouse {warehouse.root}: the fleet report is not mailed")
     # the day of the report it mails, which a mail sent on its own (a re-send, no day tag) does not know
