@@ -312,9 +312,10 @@ def sweep_leftovers(warehouse: str | Path, now: float | None = None) -> list[Pat
     except FileNotFoundError:
         return []
     for folder in folders:
-        for path in sorted(folder.iterdir()):
+        # names, not Paths: every table folder holds a name per run (22,000 names at 1,000 runs)
+        for path in (folder / name for name in sorted(os.listdir(folder)) if LEFTOVER.match(name)):
             try:
-                if not LEFTOVER.match(path.name) or now - _newest_change(path) < STALE_AFTER_S:
+                if now - _newest_change(path) < STALE_AFTER_S:
                     continue
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path)
