@@ -183,3 +183,53 @@ def test_the_fleet_report_navigation_and_text_list_new_signatures(fleet, tmp_pat
     assert f"{LEASE_TEMPLATE}: 3 runs, 3 lines" in section
     assert "WARNING cache warm-up took <*> s on node-<*>: 4 runs, 4 lines" in section
     assert "quorum" not in section
+
+
+# Crafted messages holding each kind of part the masks replace, and messages lacking each mask's needed texts
+CRAFTED = [
+    "actor 6f1c2d3e-4b5a-6c7d-8e9f-0a1b2c3d4e5f died at 0x7f3a9c and 2026-11-25T10:06:00.123+08:00",
+    "worker 1a2b3c4d5e6f7a8b on 10.0.3.7:29500 and [fe80::1:2:3]:8080 read https://hf.co/x/y?z=1",
+    "checkpoint /scratch/job_1041/ckpt and data/train/part-3 and ~/a/b saved at 11-25 10:06:00,5",
+    "rank3 E0718 lost 12.5e-3 of 4,096 tokens after 00:00:07",
+    "no id, no address, no path and no number here",
+    "dotted.name only and a colon: here but no digits",
+]
+
+
+def test_masks_that_skip_a_message_mask_every_message_as_drain3s_own_regex_masks(real_logs_dir):
+    """A mask passes a message on unread when it holds none of the texts every match needs: the masks leave
+    every line of the real logs, and crafted lines with each variable part, as Drain3's own regex mask of the
+    same patterns does, one mask and the whole chain; the templates mined are the same."""
+    from drain3 import TemplateMiner
+    from drain3.masking import MaskingInstruction
+
+    from pipeline import templates_miner
+    from pipeline.templates_miner import MASKS, GuardedMask, _clean
+
+    logs = sorted(real_logs_dir.glob("*.log"))
+    if not logs:
+        pytest.skip(f"no real logs in {real_logs_dir}")
+    lines = sorted({_clean(line) for log in logs for line in log.read_text(errors="replace").splitlines()}
+                   | set(CRAFTED))
+    assert len(lines) > 40_000
+    guarded = [GuardedMask(pattern, needs) for pattern, needs in MASKS]
+    plain = [MaskingInstruction(pattern, "*") for pattern, _ in MASKS]
+    skipped = 0
+    for g, p in zip(guarded, plain, strict=True):
+        for line in lines:
+            if g.needs and not any(need in line for need in g.needs):
+                skipped += 1
+                assert p.regex.search(line) is None, (p.pattern, line)
+    assert skipped > len(lines)  # the masks skip something: else nothing here was tested
+    chain_g, chain_p = list(CRAFTED), list(CRAFTED)
+    for g, p in zip(guarded, plain, strict=True):
+        chain_g = [g.mask(c, "<", ">") for c in chain_g]
+        chain_p = [p.mask(c, "<", ">") for c in chain_p]
+    assert chain_g == chain_p and all(c != m for c, m in zip(chain_g, CRAFTED, strict=True) if "no " not in m)
+    config = templates_miner._config()
+    config.masking_instructions = plain
+    own = TemplateMiner(config=config)
+    messages = [line for line in lines if re.search(r"Error|error|WARN|Warning", line)][:3000]
+    ids = [own.add_log_message(m)["cluster_id"] for m in messages]
+    final = {cid: templates_miner._tidy(c.get_template()) for cid, c in own.drain.id_to_cluster.items()}
+    assert mine_templates(messages) == [final[cid] for cid in ids]
