@@ -17,9 +17,8 @@ def resolve_entry(run: str, archive_root: str | Path, quiet_period_s: int = 600)
                 return entry
         raise ValueError(f"{run} is not a run entry that verl-health can read: {found.errors}")
     found = discover_runs(archive_root, quiet_period_s=quiet_period_s, only={run})
-    for entry in found.entries:
-        if entry.run_id == run:
-            return entry
+    if found.entries:
+        return found.entries[0]
     raise ValueError(f"no run {run!r} under the archive {archive_root}")
 
 

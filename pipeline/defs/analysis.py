@@ -150,8 +150,7 @@ def analyze_archive(
     sweep_leftovers(warehouse)
     resources = bound_resources(archive, warehouse, reports, quiet_period_s)
     found = resources["archive"].discover(only=include)
-    wanted = [e for e in found.entries if (include is None or e.run_id in include)
-              and (select is None or select.keeps(e))]
+    wanted = [e for e in found.entries if select is None or select.keeps(e)]
     if not wanted:
         raise NoRunsError(no_runs_message(archive, found, include, select))
     finished = [e for e in wanted if e.finished]
