@@ -1,6 +1,7 @@
 """Shared fixtures and rules of the suite.
 
-- The real logs in ../shared and simulated fleets, analysed once per test session.
+- The real logs in ../shared and simulated fleets, analysed once per test session: under pytest-xdist the
+  workers share one copy (`built_once`), the first worker to need it builds it while the others wait.
 - A local SMTP server that keeps what it receives.
 - No test sees the developer's VERL_HEALTH_* settings.
 - In CI (the `CI` variable set) nothing is skipped: a test that would skip (../shared or the browser
@@ -10,12 +11,15 @@
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -84,14 +88,33 @@ def real_logs_dir(shared_dir: Path) -> Path:
     return shared_dir / "real-logs"
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]):
+    """What `build(folder)` returns, built once for the whole test session into a folder of its own: every
+    pytest-xdist worker of the session shares it (their base temps sit in one session folder), the first to
+    take its lock builds it and the others read the pickled result. A build that fails is tried again by the
+    next worker that needs it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder, result = root / name, root / f"{name}.pickle"
+    with FileLock(str(root / f"{name}.lock")):
+        if not result.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            result.write_bytes(pickle.dumps(build(folder)))
+        return pickle.loads(result.read_bytes())
+
+
 @pytest.fixture(scope="session")
 def sim_fleet(tmp_path_factory) -> SimpleNamespace:
     """A 40-run simulated fleet (archive + labels), written once per session."""
     from lab.simulate import simulate_fleet
 
-    out = tmp_path_factory.mktemp("sim_fleet")
-    labels = simulate_fleet(out, runs=40, seed=20261129)
-    return SimpleNamespace(root=out, archive=out / "archive", labels=labels)
+    def build(out: Path) -> SimpleNamespace:
+        labels = simulate_fleet(out, runs=40, seed=20261129)
+        return SimpleNamespace(root=out, archive=out / "archive", labels=labels)
+
+    return built_once(tmp_path_factory, "sim_fleet", build)
 
 
 @pytest.fixture(scope="session")
@@ -99,12 +122,12 @@ def analyzed_fleet(sim_fleet, tmp_path_factory) -> SimpleNamespace:
     """The simulated fleet analysed end to end with `analyze_archive` (every asset, in-process)."""
     from pipeline.defs.analysis import analyze_archive
 
-    out = tmp_path_factory.mktemp("analyzed_fleet")
-    outcome = analyze_archive(sim_fleet.archive, out / "warehouse", out / "reports", day=REPORT_DAY)
-    return SimpleNamespace(
-        archive=sim_fleet.archive, labels=sim_fleet.labels, warehouse=out / "warehouse",
-        reports=out / "reports", outcome=outcome,
-    )
+    def build(out: Path) -> SimpleNamespace:
+        outcome = analyze_archive(sim_fleet.archive, out / "warehouse", out / "reports", day=REPORT_DAY)
+        return SimpleNamespace(archive=sim_fleet.archive, labels=sim_fleet.labels, warehouse=out / "warehouse",
+                               reports=out / "reports", outcome=outcome)
+
+    return built_once(tmp_path_factory, "analyzed_fleet", build)
 
 
 @pytest.fixture(scope="session")
@@ -113,14 +136,16 @@ def analyzed_real_logs(real_logs_dir, tmp_path_factory) -> SimpleNamespace:
     each file one run; every test that needs them ingested reads this one warehouse."""
     from pipeline.defs.analysis import analyze_archive
 
-    out = tmp_path_factory.mktemp("analyzed_real")
-    archive = out / "archive"
-    archive.mkdir()
-    for log in sorted(real_logs_dir.glob("*.log")):
-        shutil.copy2(log, archive / log.name)
-    outcome = analyze_archive(archive, out / "warehouse", out / "reports", day=REPORT_DAY)
-    return SimpleNamespace(archive=archive, warehouse=out / "warehouse", reports=out / "reports",
-                           outcome=outcome)
+    def build(out: Path) -> SimpleNamespace:
+        archive = out / "archive"
+        archive.mkdir()
+        for log in sorted(real_logs_dir.glob("*.log")):
+            shutil.copy2(log, archive / log.name)
+        outcome = analyze_archive(archive, out / "warehouse", out / "reports", day=REPORT_DAY)
+        return SimpleNamespace(archive=archive, warehouse=out / "warehouse", reports=out / "reports",
+                               outcome=outcome)
+
+    return built_once(tmp_path_factory, "analyzed_real", build)
 
 
 @pytest.fixture
