@@ -6,10 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo test lint bench mutation ui clean
 
+# more pip install options (.ci/run: --no-compile)
+PIP_FLAGS ?=
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet $(PIP_FLAGS) -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
