@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 
 from drain3 import TemplateMiner
-from drain3.masking import AbstractMaskingInstruction
+from drain3.masking import MaskingInstruction
 from drain3.template_miner_config import TemplateMinerConfig
 
 WILDCARD = "<*>"
@@ -36,19 +36,20 @@ MASKS = (
 )
 
 
-class GuardedMask(AbstractMaskingInstruction):
+class GuardedMask(MaskingInstruction):
     """Drain3's regex mask, which reads a message only when it holds one of `needs` (or always, with none)."""
 
     def __init__(self, pattern: str, needs: tuple[str, ...]):
-        super().__init__("*")
-        self.regex = re.compile(pattern)
+        super().__init__(pattern, "*")
         self.needs = needs
+
+    def skips(self, content: str) -> bool:
+        """Whether `content` holds none of the texts every match needs, so the pattern cannot match it."""
+        return bool(self.needs) and not any(need in content for need in self.needs)
 
     def mask(self, content: str, mask_prefix: str, mask_suffix: str) -> str:
         """`content` with every match of the pattern replaced by the mask."""
-        if self.needs and not any(need in content for need in self.needs):
-            return content
-        return self.regex.sub(mask_prefix + self.mask_with + mask_suffix, content)
+        return content if self.skips(content) else super().mask(content, mask_prefix, mask_suffix)
 
 
 SIMILARITY = 0.5  # Drain's share of equal tokens for a line to join a template (its default is 0.4)
